@@ -1,0 +1,93 @@
+# gpubind: SPANK plugin, Go engine, libgpuhelper and admin CLI.
+# `make demo` runs the main job end to end; `make test` runs every test. Both install what they need.
+
+SHELL        := /bin/bash
+GO           ?= go
+CC           ?= gcc
+BUILD        := build
+PREFIX       ?= /usr/local
+LIBDIR       ?= $(PREFIX)/lib
+INCLUDEDIR   ?= $(PREFIX)/include
+BINDIR       ?= $(PREFIX)/bin
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+DESTDIR      ?=
+# Slurm's PluginDir as the installed Slurm reports it (Debian: /usr/lib/x86_64-linux-gnu/slurm-wlm).
+SLURM_PLUGINDIR ?= $(shell scontrol show config 2>/dev/null | awk '$$1=="PluginDir"{print $$3}' | grep . || \
+                     dirname $$(ls /usr/lib/*/slurm-wlm/spank*.so /usr/lib*/slurm/*.so 2>/dev/null | head -1) 2>/dev/null)
+GOTESTFLAGS  ?=
+CFLAGS_WARN  := -Wall -Wextra -Werror -O2 -g -fPIC -fvisibility=hidden -D_GNU_SOURCE
+PMIX_CFLAGS  := $(shell pkg-config --cflags pmix 2>/dev/null)
+PMIX_LIBS    := $(shell pkg-config --libs pmix 2>/dev/null)
+
+# Debian packages the build, tests, demo and benchmarks need.
+DEB_PACKAGES := slurmctld slurmd slurm-client libslurm-dev munge libpmix-dev openmpi-bin \
+                libopenmpi-dev pkg-config gcc g++ make procps util-linux psmisc iproute2 \
+                libc6-dev
+
+.PHONY: all deps build test test-unit test-integration demo bench install uninstall clean \
+        engine plugin helper cli fmt vet
+
+all: build
+
+# ---- deps -----------------------------------------------------------------------------------
+deps:
+	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | \
+	    grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	    echo "deps: installing $$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "deps: all Debian packages present"; fi
+	@$(GO) mod download
+
+# ---- build ----------------------------------------------------------------------------------
+build: cli engine plugin helper
+
+cli: | $(BUILD)
+	$(GO) build -trimpath -o $(BUILD)/gpubind ./cmd/gpubind
+
+$(BUILD):
+	@mkdir -p $(BUILD)
+
+# ---- engine + plugin (issue: SPANK plugin) --------------------------------------------------
+engine: | $(BUILD)
+	@if [ -d spank/engine ]; then $(GO) build -trimpath -buildmode=c-shared \
+	    -o $(BUILD)/gpubind_engine.so ./spank/engine && rm -f $(BUILD)/gpubind_engine.h; fi
+
+plugin: | $(BUILD)
+	@if [ -d spank/frontend ]; then $(MAKE) -s -C spank/frontend BUILD=$(abspath $(BUILD)); fi
+
+# ---- helper library (issue: libgpuhelper) ---------------------------------------------------
+helper: | $(BUILD)
+	@if [ -f lib/Makefile.inc ]; then $(MAKE) -s -f lib/Makefile.inc BUILD=$(abspath $(BUILD)); fi
+
+# ---- tests ----------------------------------------------------------------------------------
+test: deps build
+	$(GO) vet ./...
+	$(GO) test $(GOTESTFLAGS) -count=1 -timeout 20m ./...
+
+fmt:
+	gofmt -l -w $$(git ls-files '*.go')
+
+# ---- demo / bench ---------------------------------------------------------------------------
+demo: deps build
+	./tests/demo.sh
+
+bench: deps build
+	./bench/run.sh
+
+# ---- install --------------------------------------------------------------------------------
+install: build
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
+	install -m 0755 $(BUILD)/gpubind $(DESTDIR)$(BINDIR)/gpubind
+	@test -n "$(SLURM_PLUGINDIR)" || { echo "install: cannot find Slurm's PluginDir; set SLURM_PLUGINDIR" >&2; exit 1; }
+	install -d $(DESTDIR)$(SLURM_PLUGINDIR)
+	install -m 0755 $(BUILD)/spank_gpubind.so $(DESTDIR)$(SLURM_PLUGINDIR)/spank_gpubind.so
+	install -m 0755 $(BUILD)/gpubind_engine.so $(DESTDIR)$(SLURM_PLUGINDIR)/gpubind_engine.so
+	install -m 0755 $(BUILD)/libgpuhelper.so.1 $(DESTDIR)$(LIBDIR)/libgpuhelper.so.1
+	ln -sf libgpuhelper.so.1 $(DESTDIR)$(LIBDIR)/libgpuhelper.so
+	install -m 0644 lib/gpuhelper.h $(DESTDIR)$(INCLUDEDIR)/gpuhelper.h
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    lib/gpuhelper.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/gpuhelper.pc
+
+clean:
+	rm -rf $(BUILD)
