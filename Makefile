@@ -15,6 +15,8 @@ DESTDIR      ?=
 SLURM_PLUGINDIR ?= $(shell scontrol show config 2>/dev/null | awk '$$1=="PluginDir"{print $$3}' | grep . || \
                      dirname $$(ls /usr/lib/*/slurm-wlm/spank*.so /usr/lib*/slurm/*.so 2>/dev/null | head -1) 2>/dev/null)
 GOTESTFLAGS  ?=
+# go-nvml's header marks many calls deprecated; those warnings say nothing about our code.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 CFLAGS_WARN  := -Wall -Wextra -Werror -O2 -g -fPIC -fvisibility=hidden -D_GNU_SOURCE
 PMIX_CFLAGS  := $(shell pkg-config --cflags pmix 2>/dev/null)
 PMIX_LIBS    := $(shell pkg-config --libs pmix 2>/dev/null)
@@ -22,7 +24,7 @@ PMIX_LIBS    := $(shell pkg-config --libs pmix 2>/dev/null)
 # Debian packages the build, tests, demo and benchmarks need.
 DEB_PACKAGES := slurmctld slurmd slurm-client libslurm-dev munge libpmix-dev openmpi-bin \
                 libopenmpi-dev pkg-config gcc g++ make procps util-linux psmisc iproute2 \
-                libc6-dev
+                libc6-dev hostname
 
 .PHONY: all deps build test test-unit test-integration demo bench install uninstall clean \
         engine plugin helper cli fmt vet
@@ -42,22 +44,22 @@ deps:
 # ---- build ----------------------------------------------------------------------------------
 build: cli engine plugin helper
 
-cli: | $(BUILD)
+cli:
+	@mkdir -p $(BUILD)
 	$(GO) build -trimpath -o $(BUILD)/gpubind ./cmd/gpubind
 
-$(BUILD):
-	@mkdir -p $(BUILD)
-
 # ---- engine + plugin (issue: SPANK plugin) --------------------------------------------------
-engine: | $(BUILD)
+engine:
+	@mkdir -p $(BUILD)
 	@if [ -d spank/engine ]; then $(GO) build -trimpath -buildmode=c-shared \
 	    -o $(BUILD)/gpubind_engine.so ./spank/engine && rm -f $(BUILD)/gpubind_engine.h; fi
 
-plugin: | $(BUILD)
+plugin: engine
 	@if [ -d spank/frontend ]; then $(MAKE) -s -C spank/frontend BUILD=$(abspath $(BUILD)); fi
 
 # ---- helper library (issue: libgpuhelper) ---------------------------------------------------
-helper: | $(BUILD)
+helper:
+	@mkdir -p $(BUILD)
 	@if [ -f lib/Makefile.inc ]; then $(MAKE) -s -f lib/Makefile.inc BUILD=$(abspath $(BUILD)); fi
 
 # ---- tests ----------------------------------------------------------------------------------
