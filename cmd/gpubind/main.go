@@ -1,0 +1,330 @@
+// Command gpubind prints a node's GPU topology, writes snapshots of it, and dry-runs
+// the --gpu-bind-topo plan of a step.
+//
+//	gpubind topo [--root DIR] [--source auto|nvml|sysfs] [--snapshot FILE] [--json]
+//	gpubind snapshot [--root DIR] [--source auto|nvml|sysfs] > node.json
+//	gpubind plan --tasks N [--gpus LIST] [--task-cpus "0;1;0;1"] [--policy POLICY[,FLAGS]]
+//	             [--root DIR | --snapshot FILE] [--json]
+//
+// Exit status: 0 ok, 1 failure, 2 usage error. Errors go to stderr.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/gpubind/gpubind/gpubind"
+)
+
+const usage = `usage:
+  gpubind topo     [--root DIR] [--source auto|nvml|sysfs] [--snapshot FILE] [--json]
+  gpubind snapshot [--root DIR] [--source auto|nvml|sysfs]
+  gpubind plan     --tasks N [--gpus LIST] [--task-cpus "0;1;0;1"] [--policy POLICY[,FLAGS]]
+                   [--root DIR | --snapshot FILE] [--json]
+                   [--gres-conf FILE] [--numbering global|relative] [--source S] [--table]
+  gpubind help-policies
+`
+
+// usageError is an error of the command line (exit status 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "topo":
+		err = cmdTopo(args[1:], stdout, stderr)
+	case "snapshot":
+		err = cmdSnapshot(args[1:], stdout, stderr)
+	case "plan":
+		err = cmdPlan(args[1:], stdout, stderr)
+	case "help-policies":
+		fmt.Fprint(stdout, gpubind.PolicyHelpText)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+	default:
+		err = usageError{fmt.Sprintf("unknown command %q", args[0])}
+	}
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "gpubind: %v\n%s", err, usage)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "gpubind: %v\n", err)
+		return 1
+	}
+}
+
+type common struct {
+	root, source, snapshot string
+	json                   bool
+}
+
+func newFlags(name string, stderr io.Writer, c *common) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.root, "root", "", "read DIR/sys and DIR/proc instead of /sys and /proc")
+	fs.StringVar(&c.source, "source", "", "auto, nvml, sysfs or snapshot")
+	fs.StringVar(&c.snapshot, "snapshot", "", "read the topology from a JSON snapshot")
+	fs.BoolVar(&c.json, "json", false, "print JSON")
+	return fs
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	return nil
+}
+
+func (c *common) discover() (*gpubind.Topology, []string, error) {
+	src := c.source
+	if c.snapshot != "" && c.root != "" && src == gpubind.SourceSysfs {
+		// --source sysfs --root DIR --snapshot FILE: the tree plus the snapshot's NVLinks/MIG.
+	} else if c.snapshot != "" {
+		if c.root != "" {
+			return nil, nil, usageError{"give --root or --snapshot, not both (or --source sysfs to pair a tree with its snapshot)"}
+		}
+		if src != "" && src != gpubind.SourceSnapshot {
+			return nil, nil, usageError{"--snapshot conflicts with --source " + src}
+		}
+		src = gpubind.SourceSnapshot
+	} else if src == gpubind.SourceSnapshot {
+		return nil, nil, usageError{"--source snapshot needs --snapshot FILE"}
+	}
+	switch src {
+	case "", gpubind.SourceAuto, gpubind.SourceNVML, gpubind.SourceSysfs, gpubind.SourceSnapshot:
+	default:
+		return nil, nil, usageError{fmt.Sprintf("--source %q: want auto, nvml, sysfs or snapshot", src)}
+	}
+	return gpubind.Discover(gpubind.DiscoverOptions{Source: src, Root: c.root, Snapshot: c.snapshot})
+}
+
+func cmdTopo(args []string, stdout, stderr io.Writer) error {
+	var c common
+	fs := newFlags("topo", stderr, &c)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	t, notes, err := c.discover()
+	if err != nil {
+		return err
+	}
+	for _, n := range notes {
+		fmt.Fprintf(stderr, "gpubind: note: %s\n", n)
+	}
+	if c.json {
+		return gpubind.WriteSnapshot(stdout, t)
+	}
+	_, err = io.WriteString(stdout, gpubind.FormatTopo(t))
+	return err
+}
+
+func cmdSnapshot(args []string, stdout, stderr io.Writer) error {
+	var c common
+	fs := newFlags("snapshot", stderr, &c)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	t, notes, err := c.discover()
+	if err != nil {
+		return err
+	}
+	for _, n := range notes {
+		fmt.Fprintf(stderr, "gpubind: note: %s\n", n)
+	}
+	return gpubind.WriteSnapshot(stdout, t)
+}
+
+// jsonGPU and jsonTask are the shapes of `gpubind plan --json`.
+type jsonGPU struct {
+	Index int    `json:"index"`
+	BusID string `json:"pci_bus_id"`
+	UUID  string `json:"uuid"`
+	NUMA  int    `json:"numa"`
+}
+
+type jsonTask struct {
+	Task    int               `json:"task"`
+	Visible string            `json:"visible"`
+	GPUs    []jsonGPU         `json:"gpus"`
+	CPUs    string            `json:"cpus"`
+	Env     map[string]string `json:"env"`
+}
+
+func cmdPlan(args []string, stdout, stderr io.Writer) error {
+	var c common
+	fs := newFlags("plan", stderr, &c)
+	tasks := fs.Int("tasks", -1, "number of local tasks (required)")
+	gpus := fs.String("gpus", "", "the step's GPUs as SLURM_STEP_GPUS holds them: GRES indices or GPU-/MIG- UUIDs (default: all)")
+	taskCPUs := fs.String("task-cpus", "", "each task's CPU list, separated by ';' (as SLURM_CPU_BIND_LIST would bind them)")
+	policy := fs.String("policy", "closest", "POLICY[,FLAGS] as --gpu-bind-topo takes it")
+	gresConf := fs.String("gres-conf", "", "gres.conf giving the GRES order (default: PCI order, as AutoDetect=nvml)")
+	numbering := fs.String("numbering", "global", "global (tasks see all GPUs) or relative (ConstrainDevices)")
+	table := fs.Bool("table", false, "print the protocol v1 decision table")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *tasks < 0 {
+		return usageError{"plan needs --tasks N"}
+	}
+	if *tasks > gpubind.MaxTableTasks {
+		return usageError{fmt.Sprintf("--tasks %d: at most %d", *tasks, gpubind.MaxTableTasks)}
+	}
+	var num gpubind.Numbering
+	switch *numbering {
+	case "global":
+		num = gpubind.NumberingGlobal
+	case "relative":
+		num = gpubind.NumberingRelative
+	default:
+		return usageError{fmt.Sprintf("--numbering %q: want global or relative", *numbering)}
+	}
+	var masks []gpubind.CPUSet
+	if *taskCPUs != "" {
+		parts := strings.Split(*taskCPUs, ";")
+		if len(parts) != *tasks {
+			return usageError{fmt.Sprintf("--task-cpus %q has %d entries, want one per task (%d)", *taskCPUs, len(parts), *tasks)}
+		}
+		for i, p := range parts {
+			s, err := gpubind.ParseCPUList(p)
+			if err != nil || s.IsEmpty() {
+				return usageError{fmt.Sprintf("--task-cpus entry %d %q: want a non-empty CPU list such as 0-3,8", i, p)}
+			}
+			masks = append(masks, s)
+		}
+	}
+	topo, notes, err := c.discover()
+	if err != nil {
+		return err
+	}
+	for _, n := range notes {
+		fmt.Fprintf(stderr, "gpubind: note: %s\n", n)
+	}
+	req := gpubind.PlanRequest{Topo: topo, Tasks: *tasks, Option: *policy, Numbering: num,
+		Gres: &gpubind.GresConf{AutoDetect: "nvml"}, GresFrom: "(none: PCI order)"}
+	if *gresConf != "" {
+		if req.Gres, err = gpubind.LoadGresConf(*gresConf, ""); err != nil {
+			return err
+		}
+		req.GresFrom = *gresConf
+	}
+	if *gpus == "" {
+		// Default: the whole node, as GRES indices 0..n-1 (quietly, unlike the engine).
+		var all []string
+		for i := range topo.GPUs {
+			all = append(all, strconv.Itoa(i))
+		}
+		*gpus = strings.Join(all, ",")
+	}
+	if *gpus != "" {
+		req.Env.StepGPUs = gpus
+	}
+	tab, err := gpubind.Plan(req)
+	if err != nil {
+		return err
+	}
+	for _, m := range tab.Messages {
+		fmt.Fprintf(stderr, "gpubind: %s: %s\n", tab.Status, m)
+	}
+	if *table {
+		return tab.Encode(stdout)
+	}
+	// Each task's answer comes from the same rule the front end applies in C.
+	var bindList []gpubind.CPUSet
+	if masks != nil {
+		bindList, err = roundTripMasks(masks)
+		if err != nil {
+			return err
+		}
+	}
+	var out []jsonTask
+	var text strings.Builder
+	for L := 0; L < *tasks; L++ {
+		var own gpubind.CPUSet
+		if masks != nil {
+			own = masks[L]
+		}
+		b := tab.Resolve(L, bindList, own)
+		cpus := own
+		if tab.Flags.CPUs && !b.CPUs.IsEmpty() {
+			cpus = b.CPUs
+			if !own.IsEmpty() {
+				if in := own.Intersect(b.CPUs); !in.IsEmpty() {
+					cpus = in
+				} else {
+					cpus = own
+				}
+			}
+		}
+		env := tab.Env(b.GPUs)
+		jt := jsonTask{Task: L, Visible: env["CUDA_VISIBLE_DEVICES"], CPUs: cpus.String(), Env: env, GPUs: []jsonGPU{}}
+		if jt.Env == nil {
+			jt.Env = map[string]string{}
+		}
+		for _, id := range b.GPUs {
+			g := tab.GPUs[id]
+			jt.GPUs = append(jt.GPUs, jsonGPU{Index: g.NVMLIndex, BusID: g.BusID, UUID: g.UUID, NUMA: g.NUMA})
+		}
+		out = append(out, jt)
+		text.WriteString(tab.LogLine(L, L, b.GPUs))
+		if s := cpus.String(); s != "" {
+			text.WriteString(" cpus " + s)
+		}
+		text.WriteByte('\n')
+	}
+	if c.json {
+		if out == nil {
+			out = []jsonTask{}
+		}
+		b, err := json.MarshalIndent(map[string]any{"tasks": out}, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "%s\n", b)
+		return err
+	}
+	_, err = io.WriteString(stdout, text.String())
+	return err
+}
+
+// roundTripMasks turns the CPU lists into SLURM_CPU_BIND_LIST text and parses it back,
+// so the CLI exercises the exact parser the rule uses.
+func roundTripMasks(masks []gpubind.CPUSet) ([]gpubind.CPUSet, error) {
+	var parts []string
+	for _, m := range masks {
+		parts = append(parts, m.Hex())
+	}
+	list := strings.Join(parts, ",")
+	out := gpubind.ParseCPUBindList(list)
+	if len(out) != len(masks) {
+		return nil, errors.New("internal: bind list of " + strconv.Itoa(len(masks)) + " masks did not round-trip")
+	}
+	return out, nil
+}

@@ -1,0 +1,299 @@
+package gpubind
+
+import (
+	"fmt"
+	"math/bits"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// MaxCPU bounds CPU ids accepted from any input, so that a hostile list such as
+// "0-999999999" cannot make the engine allocate gigabytes.
+const MaxCPU = 1 << 16
+
+// CPUSet is a set of CPU ids as a bitmap. The zero value is the empty set.
+type CPUSet struct {
+	w []uint64
+}
+
+// NewCPUSet returns the set holding cpus (ids outside 0..MaxCPU-1 are ignored).
+func NewCPUSet(cpus ...int) CPUSet {
+	var s CPUSet
+	for _, c := range cpus {
+		s.Add(c)
+	}
+	return s
+}
+
+// Add puts cpu into the set.
+func (s *CPUSet) Add(cpu int) {
+	if cpu < 0 || cpu >= MaxCPU {
+		return
+	}
+	for len(s.w) <= cpu/64 {
+		s.w = append(s.w, 0)
+	}
+	s.w[cpu/64] |= 1 << (uint(cpu) % 64)
+}
+
+// Has reports whether cpu is in the set.
+func (s CPUSet) Has(cpu int) bool {
+	if cpu < 0 || cpu/64 >= len(s.w) {
+		return false
+	}
+	return s.w[cpu/64]&(1<<(uint(cpu)%64)) != 0
+}
+
+// Count is the number of CPUs in the set.
+func (s CPUSet) Count() int {
+	n := 0
+	for _, w := range s.w {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}
+
+// IsEmpty reports whether the set has no CPU.
+func (s CPUSet) IsEmpty() bool { return s.Count() == 0 }
+
+// CPUs lists the members in increasing order.
+func (s CPUSet) CPUs() []int {
+	var out []int
+	for i, w := range s.w {
+		for w != 0 {
+			b := bits.TrailingZeros64(w)
+			out = append(out, i*64+b)
+			w &^= 1 << uint(b)
+		}
+	}
+	return out
+}
+
+// Intersect returns s ∩ o.
+func (s CPUSet) Intersect(o CPUSet) CPUSet {
+	n := min(len(s.w), len(o.w))
+	r := CPUSet{w: make([]uint64, n)}
+	for i := 0; i < n; i++ {
+		r.w[i] = s.w[i] & o.w[i]
+	}
+	return r
+}
+
+// IntersectCount is |s ∩ o|, without allocating.
+func (s CPUSet) IntersectCount(o CPUSet) int {
+	n := 0
+	for i := 0; i < len(s.w) && i < len(o.w); i++ {
+		n += bits.OnesCount64(s.w[i] & o.w[i])
+	}
+	return n
+}
+
+// Union returns s ∪ o.
+func (s CPUSet) Union(o CPUSet) CPUSet {
+	n := max(len(s.w), len(o.w))
+	r := CPUSet{w: make([]uint64, n)}
+	for i := 0; i < n; i++ {
+		if i < len(s.w) {
+			r.w[i] |= s.w[i]
+		}
+		if i < len(o.w) {
+			r.w[i] |= o.w[i]
+		}
+	}
+	return r
+}
+
+// Contains reports whether every CPU of o is in s.
+func (s CPUSet) Contains(o CPUSet) bool {
+	return o.Intersect(s).Count() == o.Count()
+}
+
+// Equal reports whether both sets hold the same CPUs.
+func (s CPUSet) Equal(o CPUSet) bool { return s.Contains(o) && o.Contains(s) }
+
+// String formats the set as a Linux CPU list ("0-3,8"); the empty set is "".
+func (s CPUSet) String() string {
+	cpus := s.CPUs()
+	var b strings.Builder
+	for i := 0; i < len(cpus); {
+		j := i
+		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		if j == i {
+			b.WriteString(strconv.Itoa(cpus[i]))
+		} else {
+			fmt.Fprintf(&b, "%d-%d", cpus[i], cpus[j])
+		}
+		i = j + 1
+	}
+	return b.String()
+}
+
+// Hex formats the set as a hex mask with 0x prefix, like Slurm's mask_cpu.
+func (s CPUSet) Hex() string {
+	cpus := s.CPUs()
+	if len(cpus) == 0 {
+		return "0x0"
+	}
+	nib := make([]byte, cpus[len(cpus)-1]/4+1)
+	for _, c := range cpus {
+		nib[c/4] |= 1 << uint(c%4)
+	}
+	var b strings.Builder
+	b.WriteString("0x")
+	for i := len(nib) - 1; i >= 0; i-- {
+		b.WriteByte("0123456789abcdef"[nib[i]])
+	}
+	return b.String()
+}
+
+// MarshalText implements encoding.TextMarshaler (CPU list form).
+func (s CPUSet) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler (CPU list form).
+func (s *CPUSet) UnmarshalText(b []byte) error {
+	v, err := ParseCPUList(string(b))
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
+
+// ParseCPUList parses a Linux CPU list such as "0-3,8,10-11" (whitespace around it is
+// ignored; "" is the empty set).
+func ParseCPUList(list string) (CPUSet, error) {
+	var s CPUSet
+	list = strings.TrimSpace(list)
+	if list == "" {
+		return s, nil
+	}
+	for _, part := range strings.Split(list, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := parseCPUNum(lo)
+		if err != nil {
+			return CPUSet{}, fmt.Errorf("CPU list %q: %w", list, err)
+		}
+		b := a
+		if isRange {
+			if b, err = parseCPUNum(hi); err != nil {
+				return CPUSet{}, fmt.Errorf("CPU list %q: %w", list, err)
+			}
+			if b < a {
+				return CPUSet{}, fmt.Errorf("CPU list %q: range %q runs backwards", list, part)
+			}
+		}
+		for c := a; c <= b; c++ {
+			s.Add(c)
+		}
+	}
+	return s, nil
+}
+
+func parseCPUNum(t string) (int, error) {
+	n, err := strconv.Atoi(t)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a CPU number", t)
+	}
+	if n >= MaxCPU {
+		return 0, fmt.Errorf("CPU %d is above the limit %d", n, MaxCPU-1)
+	}
+	return n, nil
+}
+
+// ParseCPUMask parses one hex CPU mask, with or without "0x" ("0x3", "C", "0x0000000f").
+// Linux bitmap commas ("ff,00000000") are also accepted.
+func ParseCPUMask(mask string) (CPUSet, error) {
+	m := strings.TrimSpace(mask)
+	m = strings.TrimPrefix(strings.TrimPrefix(m, "0x"), "0X")
+	m = strings.ReplaceAll(m, ",", "")
+	if m == "" {
+		return CPUSet{}, fmt.Errorf("CPU mask %q: no hex digits", mask)
+	}
+	if len(m) > MaxCPU/4 {
+		return CPUSet{}, fmt.Errorf("CPU mask %q: longer than %d CPUs", mask, MaxCPU)
+	}
+	var s CPUSet
+	for i := 0; i < len(m); i++ {
+		c := m[len(m)-1-i]
+		var v int
+		switch {
+		case c >= '0' && c <= '9':
+			v = int(c - '0')
+		case c >= 'a' && c <= 'f':
+			v = int(c-'a') + 10
+		case c >= 'A' && c <= 'F':
+			v = int(c-'A') + 10
+		default:
+			return CPUSet{}, fmt.Errorf("CPU mask %q: %q is not a hex digit", mask, c)
+		}
+		for bit := 0; bit < 4; bit++ {
+			if v&(1<<bit) != 0 {
+				s.Add(i*4 + bit)
+			}
+		}
+	}
+	return s, nil
+}
+
+// ParseCPUBindList parses SLURM_CPU_BIND_LIST as protocol v1 defines it: hex masks,
+// comma separated, one per local task in task order. An entry that does not parse is
+// returned as the empty set (the per-task rule treats it as "no binding known").
+func ParseCPUBindList(list string) []CPUSet {
+	list = strings.TrimSpace(list)
+	if list == "" {
+		return nil
+	}
+	parts := strings.Split(list, ",")
+	out := make([]CPUSet, len(parts))
+	for i, p := range parts {
+		if m, err := ParseCPUMask(p); err == nil {
+			out[i] = m
+		}
+	}
+	return out
+}
+
+// CPUBindMasks converts Slurm's SLURM_CPU_BIND_TYPE/SLURM_CPU_BIND_LIST pair into one
+// mask per task: map_cpu lists CPU ids, mask_cpu (and Slurm's implicit binding) hex masks.
+// It returns nil, nil when the type binds no CPU list per task (none, ldom, rank, or
+// an empty list).
+func CPUBindMasks(bindType, list string) ([]CPUSet, error) {
+	list = strings.TrimSpace(list)
+	if list == "" || !(strings.Contains(bindType, "map_cpu") || strings.Contains(bindType, "mask_cpu")) {
+		return nil, nil
+	}
+	parts := strings.Split(list, ",")
+	out := make([]CPUSet, len(parts))
+	isMap := strings.Contains(bindType, "map_cpu")
+	for i, p := range parts {
+		var err error
+		if isMap {
+			var c int
+			if c, err = parseCPUNum(strings.TrimSpace(p)); err == nil {
+				out[i] = NewCPUSet(c)
+			}
+		} else {
+			out[i], err = ParseCPUMask(p)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("SLURM_CPU_BIND_LIST=%q (type %q): entry %d: %v", list, bindType, i, err)
+		}
+	}
+	return out, nil
+}
+
+// sortedKeys returns the keys of an int-keyed map in increasing order.
+func sortedKeys[V any](m map[int]V) []int {
+	keys := make([]int, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Ints(keys)
+	return keys
+}

@@ -1,0 +1,175 @@
+package gpubind
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// Discovery sources accepted by Discover.
+const (
+	SourceAuto     = "auto"
+	SourceNVML     = "nvml"
+	SourceSysfs    = "sysfs"
+	SourceSnapshot = "snapshot"
+)
+
+// DiscoverOptions selects where topology facts come from.
+type DiscoverOptions struct {
+	Source   string         // auto (default), nvml, sysfs, snapshot
+	Root     string         // read ROOT/sys and ROOT/proc; "" or "/" for the host
+	Snapshot string         // snapshot file (source snapshot)
+	NVML     nvml.Interface // nil: go-nvml's real library
+}
+
+// Discover builds the topology. With source auto it uses NVML when the library loads
+// and sysfs for what NVML lacks (NICs, NUMA nodes, PCIe bridges); when NVML does not
+// load (or Root is not the host's /, since NVML always describes the host) it uses
+// sysfs alone. Notes says which backends were tried and why one was skipped.
+func Discover(o DiscoverOptions) (topo *Topology, notes []string, err error) {
+	src := o.Source
+	if src == "" {
+		src = SourceAuto
+	}
+	hostRoot := o.Root == "" || o.Root == "/"
+	lib := o.NVML
+	if lib == nil {
+		lib = NewNVML()
+	}
+	switch src {
+	case SourceSnapshot:
+		if o.Snapshot == "" {
+			return nil, nil, fmt.Errorf("source snapshot needs a snapshot file")
+		}
+		t, err := LoadSnapshot(o.Snapshot)
+		if err != nil {
+			return nil, nil, err
+		}
+		for i := range t.GPUs {
+			for f := range t.GPUs[i].Source {
+				t.GPUs[i].Source[f] = BackendSnapshot
+			}
+		}
+		for i := range t.NICs {
+			for f := range t.NICs[i].Source {
+				t.NICs[i].Source[f] = BackendSnapshot
+			}
+		}
+		t.Backends = []string{BackendSnapshot}
+		return t, nil, nil
+	case SourceSysfs:
+		t, err := DiscoverSysfs(o.Root)
+		if err != nil || o.Snapshot == "" {
+			return t, nil, err
+		}
+		// A tree paired with its snapshot: sysfs facts plus the snapshot's NVLinks and MIG.
+		snap, err := LoadSnapshot(o.Snapshot)
+		if err != nil {
+			return nil, nil, err
+		}
+		return pairSnapshot(t, snap), nil, nil
+	case SourceNVML:
+		nv, err := DiscoverNVML(lib)
+		if err != nil {
+			return nil, nil, err
+		}
+		sys, serr := DiscoverSysfs(o.Root)
+		if serr != nil {
+			return nv, []string{"sysfs not merged: " + serr.Error()}, nil
+		}
+		return Merge(nv, sys), nil, nil
+	case SourceAuto:
+		sys, serr := DiscoverSysfs(o.Root)
+		if !hostRoot {
+			if serr != nil {
+				return nil, nil, serr
+			}
+			return sys, []string{"nvml skipped: root " + o.Root + " is not the host"}, nil
+		}
+		nv, nerr := DiscoverNVML(lib)
+		switch {
+		case nerr != nil && serr != nil:
+			return nil, nil, fmt.Errorf("no discovery backend worked: %v; %v", nerr, serr)
+		case nerr != nil:
+			return sys, []string{"nvml skipped: " + nerr.Error()}, nil
+		case serr != nil:
+			return nv, []string{"sysfs skipped: " + serr.Error()}, nil
+		}
+		return Merge(nv, sys), nil, nil
+	}
+	return nil, nil, fmt.Errorf("source %q: want auto, nvml, sysfs or snapshot", src)
+}
+
+// Merge fills the NVML topology with the facts only sysfs has (bridge chains, NICs,
+// NUMA nodes' CPUs) or that NVML did not report, recording sysfs as their source. GPUs
+// NVML does not list (hidden by the driver) are not added.
+func Merge(nv, sys *Topology) *Topology {
+	out := *nv
+	out.GPUs = slices.Clone(nv.GPUs)
+	for i := range out.GPUs {
+		g := &out.GPUs[i]
+		g.Source = cloneMap(g.Source)
+		s := sys.GPUByBusID(g.BusID)
+		if s == nil {
+			continue
+		}
+		if len(g.PCIPath) == 0 && len(s.PCIPath) > 0 {
+			g.PCIPath = s.PCIPath
+			g.setSource("pci_path", BackendSysfs)
+		}
+		if g.CPUs.IsEmpty() && !s.CPUs.IsEmpty() {
+			g.CPUs = s.CPUs
+			g.setSource("cpus", BackendSysfs)
+		}
+		if g.Source["numa"] == "" && s.NUMA >= 0 {
+			g.NUMA = s.NUMA
+			g.setSource("numa", BackendSysfs)
+		}
+		if g.Minor < 0 && s.Minor >= 0 {
+			g.Minor, g.Device = s.Minor, s.Device
+			g.setSource("minor", BackendSysfs)
+		}
+		if g.UUID == "" && s.UUID != "" {
+			g.UUID = s.UUID
+			g.setSource("uuid", BackendSysfs)
+		}
+	}
+	out.NICs = sys.NICs
+	out.NUMA = sys.NUMA
+	if out.Driver == "" {
+		out.Driver = sys.Driver
+	}
+	out.Backends = []string{BackendNVML, BackendSysfs}
+	return &out
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// pairSnapshot adds the facts sysfs cannot know (NVLinks, MIG instances) from a snapshot
+// of the same node, matching GPUs by bus id.
+func pairSnapshot(t, snap *Topology) *Topology {
+	for i := range t.GPUs {
+		g := &t.GPUs[i]
+		s := snap.GPUByBusID(g.BusID)
+		if s == nil {
+			continue
+		}
+		if len(s.NVLinks) > 0 {
+			g.NVLinks = s.NVLinks
+			g.setSource("nvlinks", BackendSnapshot)
+		}
+		if len(s.MIG) > 0 {
+			g.MIG = s.MIG
+			g.setSource("mig", BackendSnapshot)
+		}
+	}
+	t.Backends = append(t.Backends, BackendSnapshot)
+	return t
+}

@@ -1,0 +1,288 @@
+package gpubind
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// nvidiaMajor is the character-device major number of /dev/nvidiaN.
+const nvidiaMajor = 195
+
+// maxExpand bounds hostlist/File= bracket expansion.
+const maxExpand = 4096
+
+// GresConf is what gpubind needs from gres.conf for one node: the GPU device files in
+// File= order (their position is the GRES index), or AutoDetect=nvml without files
+// (then GRES indices follow NVML's PCI order).
+type GresConf struct {
+	Files      []string
+	AutoDetect string // "nvml", "off", ... as written, lower case
+	// OtherNodes counts Name=gpu lines skipped because their NodeName= is another node.
+	OtherNodes int
+}
+
+// ParseGresConf reads gres.conf text for node (lines with a NodeName= that does not
+// name it are skipped; node "" matches every line). Only Name=gpu lines matter; File= and MultipleFiles= may use
+// brackets (/dev/nvidia[0-3]).
+func ParseGresConf(text, node string) (*GresConf, error) {
+	gc := &GresConf{}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	lineNo := 0
+	for sc.Scan() {
+		lineNo++
+		line := sc.Text()
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = line[:i]
+		}
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		kv := map[string]string{}
+		for _, f := range fields {
+			k, v, ok := strings.Cut(f, "=")
+			if !ok {
+				return nil, fmt.Errorf("gres.conf line %d: %q is not KEY=VALUE", lineNo, f)
+			}
+			kv[strings.ToLower(k)] = v
+		}
+		if v, ok := kv["autodetect"]; ok && len(kv) == 1 {
+			gc.AutoDetect = strings.ToLower(v)
+			continue
+		}
+		if nn, ok := kv["nodename"]; ok {
+			hosts, err := ExpandHostlist(nn)
+			if err != nil {
+				return nil, fmt.Errorf("gres.conf line %d: NodeName=%s: %w", lineNo, nn, err)
+			}
+			match := node == ""
+			for _, h := range hosts {
+				if h == node {
+					match = true
+				}
+			}
+			if !match {
+				if strings.EqualFold(kv["name"], "gpu") {
+					gc.OtherNodes++
+				}
+				continue
+			}
+			if v, ok := kv["autodetect"]; ok {
+				gc.AutoDetect = strings.ToLower(v)
+			}
+		}
+		if !strings.EqualFold(kv["name"], "gpu") {
+			continue
+		}
+		files := kv["file"]
+		if files == "" {
+			files = kv["multiplefiles"]
+			// MultipleFiles (MIG): the first file is the parent GPU.
+			if i := strings.IndexByte(files, ','); i >= 0 && !strings.Contains(files[:i], "[") {
+				files = files[:i]
+			}
+		}
+		if files == "" {
+			continue
+		}
+		list, err := ExpandHostlist(files)
+		if err != nil {
+			return nil, fmt.Errorf("gres.conf line %d: File=%s: %w", lineNo, files, err)
+		}
+		gc.Files = append(gc.Files, list...)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("gres.conf: %w", err)
+	}
+	return gc, nil
+}
+
+// ExpandHostlist expands Slurm's bracket lists: "node[1-3,7],gpu" or "/dev/nvidia[0-3]".
+// Zero padding is kept ("n[01-03]" gives n01 n02 n03).
+func ExpandHostlist(s string) ([]string, error) {
+	var out []string
+	depth, start := 0, 0
+	var items []string
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '[':
+			depth++
+			if depth > 1 {
+				return nil, fmt.Errorf("%q: nested brackets", s)
+			}
+		case ']':
+			depth--
+			if depth < 0 {
+				return nil, fmt.Errorf("%q: unbalanced ]", s)
+			}
+		case ',':
+			if depth == 0 {
+				items = append(items, s[start:i])
+				start = i + 1
+			}
+		}
+	}
+	if depth != 0 {
+		return nil, fmt.Errorf("%q: unbalanced [", s)
+	}
+	items = append(items, s[start:])
+	for _, it := range items {
+		if it == "" {
+			return nil, fmt.Errorf("%q: empty item", s)
+		}
+		open := strings.IndexByte(it, '[')
+		if open < 0 {
+			out = append(out, it)
+			continue
+		}
+		cl := strings.IndexByte(it, ']')
+		prefix, body, suffix := it[:open], it[open+1:cl], it[cl+1:]
+		if strings.ContainsAny(suffix, "[]") {
+			return nil, fmt.Errorf("%q: more than one bracket group in %q", s, it)
+		}
+		for _, r := range strings.Split(body, ",") {
+			lo, hi, isRange := strings.Cut(r, "-")
+			a, err := strconv.Atoi(lo)
+			if err != nil || a < 0 {
+				return nil, fmt.Errorf("%q: %q is not a number", s, lo)
+			}
+			b := a
+			if isRange {
+				if b, err = strconv.Atoi(hi); err != nil || b < a {
+					return nil, fmt.Errorf("%q: bad range %q", s, r)
+				}
+			}
+			if b-a+len(out) >= maxExpand {
+				return nil, fmt.Errorf("%q: expands to more than %d items", s, maxExpand)
+			}
+			for n := a; n <= b; n++ {
+				out = append(out, fmt.Sprintf("%s%0*d%s", prefix, len(lo), n, suffix))
+			}
+		}
+	}
+	return out, nil
+}
+
+// LoadGresConf reads a gres.conf file for node.
+func LoadGresConf(path, node string) (*GresConf, error) {
+	b, err := ReadSmallFile(path, 1<<20)
+	if err != nil {
+		return nil, fmt.Errorf("gres.conf: %w", err)
+	}
+	gc, err := ParseGresConf(string(b), node)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return gc, nil
+}
+
+// ReadSmallFile reads a regular file of at most limit bytes. It refuses FIFOs, devices
+// and longer files, so a path from the environment cannot make a reader block or
+// allocate without bound.
+func ReadSmallFile(path string, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if fi.Size() > limit {
+		return nil, fmt.Errorf("%s is %d bytes, more than %d", path, fi.Size(), limit)
+	}
+	b := make([]byte, fi.Size()+1)
+	n, err := io.ReadFull(f, b)
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return nil, err
+	}
+	if int64(n) > limit {
+		return nil, fmt.Errorf("%s grew past %d bytes", path, limit)
+	}
+	return b[:n], nil
+}
+
+// DeviceMinor returns the minor number of an NVIDIA character device (stat rdev). It is
+// an error when the file is missing, not a character device, or not major 195.
+func DeviceMinor(path string) (int, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return -1, fmt.Errorf("GPU device %s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return -1, fmt.Errorf("GPU device %s is not a character device", path)
+	}
+	if maj := unix.Major(uint64(st.Rdev)); maj != nvidiaMajor {
+		return -1, fmt.Errorf("GPU device %s has major %d, want %d (nvidia)", path, maj, nvidiaMajor)
+	}
+	return int(unix.Minor(uint64(st.Rdev))), nil
+}
+
+// GresMap maps GRES indices to GPUs (as topology indices). Index i is GRES index i.
+type GresMap struct {
+	GPUs []int // index into Topology.GPUs
+	// Source says how the map was built ("gres.conf FILE", "PCI order").
+	Source string
+	// Assumed is true when no gres.conf told the order and PCI order was assumed.
+	Assumed bool
+}
+
+// BuildGresMap maps each gres.conf File= entry to a GPU: file -> minor (stat rdev) ->
+// GPU with that minor (from /proc/driver/nvidia/gpus/*/information or NVML). Without
+// File= entries (AutoDetect=nvml, or gc nil) GRES indices follow PCI order; with gc nil
+// the map is marked Assumed.
+func BuildGresMap(t *Topology, gc *GresConf, from string) (*GresMap, error) {
+	if gc == nil || len(gc.Files) == 0 {
+		m := &GresMap{Source: "PCI order", Assumed: gc == nil}
+		if gc != nil {
+			m.Source = "PCI order (gres.conf " + from + " has no GPU File= for this node, AutoDetect=" + gc.AutoDetect + ")"
+			// GPU lines only for other nodes and no AutoDetect=nvml: the node name is
+			// probably wrong; do not guess.
+			m.Assumed = gc.OtherNodes > 0 && gc.AutoDetect != "nvml"
+		}
+		for i := range t.GPUs {
+			m.GPUs = append(m.GPUs, i)
+		}
+		return m, nil
+	}
+	m := &GresMap{Source: "gres.conf " + from}
+	for idx, f := range gc.Files {
+		minor, err := DeviceMinor(f)
+		if err != nil {
+			return nil, fmt.Errorf("GRES index %d (%s): %w", idx, from, err)
+		}
+		g := -1
+		for i := range t.GPUs {
+			if t.GPUs[i].Minor == minor {
+				g = i
+			}
+		}
+		if g < 0 {
+			return nil, fmt.Errorf("GRES index %d (%s File=%s): minor %d is not a GPU of this node's topology (known minors %s)", idx, from, f, minor, knownMinors(t))
+		}
+		m.GPUs = append(m.GPUs, g)
+	}
+	return m, nil
+}
+
+func knownMinors(t *Topology) string {
+	var s []string
+	for _, g := range t.GPUs {
+		s = append(s, strconv.Itoa(g.Minor))
+	}
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ",")
+}

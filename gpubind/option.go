@@ -1,0 +1,260 @@
+package gpubind
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Policy names.
+const (
+	PolicyClosest = "closest"
+	PolicyPack    = "pack"
+	PolicySpread  = "spread"
+	PolicyMap     = "map"
+	PolicyPerTask = "per-task"
+	PolicySingle  = "single"
+	PolicyOff     = "off"
+	PolicyHelp    = "help"
+)
+
+// Limits on option values, so that hostile input stays small.
+const (
+	MaxOptionLen  = 4096
+	MaxMapEntries = 4096
+	MaxPerTask    = 64
+	MaxShare      = 1024
+)
+
+// Flags are the option's flags.
+type Flags struct {
+	Verbose bool // log each task's mapping to the user's stderr too
+	NIC     bool // set NCCL_IB_HCA/UCX_NET_DEVICES to the GPU's closest NIC
+	CPUs    bool // bind the task's CPUs to its GPU's NUMA node (GPU-first plans)
+	Isolate bool // per-task cgroup device isolation (applied by the front end)
+}
+
+// FlagNames lists the flags in their canonical order.
+var FlagNames = []string{"verbose", "nic", "cpus", "isolate"}
+
+func (f *Flags) set(name string, v bool) bool {
+	switch name {
+	case "verbose":
+		f.Verbose = v
+	case "nic":
+		f.NIC = v
+	case "cpus":
+		f.CPUs = v
+	case "isolate":
+		f.Isolate = v
+	default:
+		return false
+	}
+	return true
+}
+
+// String is the comma list of set flags in canonical order, or "-".
+func (f Flags) String() string {
+	var out []string
+	for _, n := range FlagNames {
+		if f.Has(n) {
+			out = append(out, n)
+		}
+	}
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, ",")
+}
+
+// Has reports whether the named flag is set.
+func (f Flags) Has(name string) bool {
+	switch name {
+	case "verbose":
+		return f.Verbose
+	case "nic":
+		return f.NIC
+	case "cpus":
+		return f.CPUs
+	case "isolate":
+		return f.Isolate
+	}
+	return false
+}
+
+// Apply returns f with the admin's forced flags set and forbidden flags cleared.
+func (f Flags) Apply(force, never Flags) Flags {
+	for _, n := range FlagNames {
+		if force.Has(n) {
+			f.set(n, true)
+		}
+		if never.Has(n) {
+			f.set(n, false)
+		}
+	}
+	return f
+}
+
+// ParseFlags parses a comma list of flag names ("" or "-" is none), as plugstack's
+// force= and never= take them. what names the setting in errors.
+func ParseFlags(what, list string) (Flags, error) {
+	var f Flags
+	list = strings.TrimSpace(list)
+	if list == "" || list == "-" {
+		return f, nil
+	}
+	for _, t := range strings.Split(list, ",") {
+		if !f.set(strings.TrimSpace(t), true) {
+			return f, fmt.Errorf("%s: %q is not a flag; flags are %s", what, t, strings.Join(FlagNames, ", "))
+		}
+	}
+	return f, nil
+}
+
+// Option is a parsed --gpu-bind-topo value.
+type Option struct {
+	Policy string
+	N      int      // per-task:N, single:N
+	Map    []string // map:LIST entries, expanded: GRES indices or GPU-/MIG- UUIDs
+	Flags  Flags
+}
+
+// String prints the option in its canonical form.
+func (o Option) String() string {
+	p := o.Policy
+	switch o.Policy {
+	case PolicyPerTask, PolicySingle:
+		p += ":" + strconv.Itoa(o.N)
+	case PolicyMap:
+		p += ":" + strings.Join(o.Map, ",")
+	}
+	if f := o.Flags.String(); f != "-" {
+		p += "," + f
+	}
+	return p
+}
+
+// PolicyHelpText lists the policies and flags; the srun option's help prints it.
+const PolicyHelpText = `--gpu-bind-topo[=POLICY][,FLAG...]   bind each task to the GPU(s) nearest to it
+Policies:
+  closest      (default) the GPU on the NUMA node of the task's CPUs; without a CPU
+               binding, spread tasks evenly over NUMA nodes and GPUs (GPU-first)
+  pack         fill groups of GPUs joined by the best links (NVLink, PCIe switch) first
+  spread       spread tasks over NUMA nodes and PCIe switches as far apart as possible
+  map:LIST     explicit GPU per task, Slurm map_gpu style: GRES indices (as in
+               SLURM_STEP_GPUS / --gpu-bind=map_gpu) or GPU-/MIG- UUIDs; 0*4 repeats,
+               the list is reused when tasks outnumber it (map:0,1,2*2)
+  per-task:N   the N best-connected GPUs per task
+  single:N     N tasks share one GPU
+  off          do nothing
+Flags:
+  verbose      print each task's mapping on stderr
+  nic          set NCCL_IB_HCA==NIC:1 and UCX_NET_DEVICES=NIC:1 to the GPU's closest
+               RDMA NIC (this overrides NCCL's own rail and PXN choice)
+  cpus         bind the task's CPUs to its GPU's NUMA node (when Slurm did not bind)
+  isolate      allow each task only its own GPU device (cgroup); breaks CUDA IPC/P2P
+               between the tasks of the step
+Examples: --gpu-bind-topo  --gpu-bind-topo=closest,verbose  --gpu-bind-topo=map:3,2,1,0
+          --gpu-bind-topo=per-task:2,nic  --gpu-bind-topo=single:2
+`
+
+// ParseOption parses POLICY[,FLAG...] ("" is closest; a value that starts with a flag
+// also means closest). Map entries continue across commas until a flag.
+func ParseOption(s string) (Option, error) {
+	o := Option{Policy: PolicyClosest}
+	if len(s) > MaxOptionLen {
+		return o, fmt.Errorf("option is %d bytes long, more than %d", len(s), MaxOptionLen)
+	}
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return o, nil
+	}
+	if s == PolicyHelp {
+		return Option{Policy: PolicyHelp}, nil
+	}
+	tokens := strings.Split(s, ",")
+	policySet, inMap := false, false
+	for i, t := range tokens {
+		if t == "" {
+			return o, fmt.Errorf("option %q: empty item at position %d", s, i+1)
+		}
+		if o.Flags.set(t, true) {
+			inMap = false
+			continue
+		}
+		name, arg, hasArg := strings.Cut(t, ":")
+		if inMap && !hasArg {
+			if err := o.addMap(s, t); err != nil {
+				return o, err
+			}
+			continue
+		}
+		switch name {
+		case PolicyClosest, PolicyPack, PolicySpread, PolicyOff, PolicyMap, PolicyPerTask, PolicySingle:
+		default:
+			return o, fmt.Errorf("option %q: unknown policy or flag %q; policies are closest, pack, spread, map:LIST, per-task:N, single:N, off; flags are %s",
+				s, t, strings.Join(FlagNames, ", "))
+		}
+		if policySet || i > 0 {
+			return o, fmt.Errorf("option %q: second policy %q; give one policy, first, then flags", s, t)
+		}
+		policySet = true
+		o.Policy = name
+		switch name {
+		case PolicyMap:
+			if !hasArg || arg == "" {
+				return o, fmt.Errorf("option %q: map needs a list, as in map:0,1,2,3", s)
+			}
+			inMap = true
+			if err := o.addMap(s, arg); err != nil {
+				return o, err
+			}
+		case PolicyPerTask, PolicySingle:
+			limit := MaxPerTask
+			if name == PolicySingle {
+				limit = MaxShare
+			}
+			n, err := strconv.Atoi(arg)
+			if !hasArg || err != nil || n < 1 || n > limit {
+				return o, fmt.Errorf("option %q: %s needs a count 1..%d, as in %s:2, not %q", s, name, limit, name, t)
+			}
+			o.N = n
+		default:
+			if hasArg {
+				return o, fmt.Errorf("option %q: policy %s takes no argument (%q)", s, name, t)
+			}
+		}
+	}
+	return o, nil
+}
+
+func (o *Option) addMap(whole, entry string) error {
+	item, rep, hasRep := strings.Cut(entry, "*")
+	count := 1
+	if hasRep {
+		n, err := strconv.Atoi(rep)
+		if err != nil || n < 1 || n > MaxMapEntries {
+			return fmt.Errorf("option %q: map entry %q: repeat count must be 1..%d", whole, entry, MaxMapEntries)
+		}
+		count = n
+	}
+	switch {
+	case strings.HasPrefix(item, "GPU-"), strings.HasPrefix(item, "MIG-"):
+		if len(item) < 5 || strings.ContainsAny(item, " \t") {
+			return fmt.Errorf("option %q: map entry %q is not a GPU-/MIG- UUID", whole, entry)
+		}
+	default:
+		n, err := strconv.Atoi(item)
+		if err != nil || n < 0 || n > 65535 {
+			return fmt.Errorf("option %q: map entry %q: want a GRES index (0, 1, ...), a GPU-/MIG- UUID, or N*COUNT", whole, entry)
+		}
+		item = strconv.Itoa(n)
+	}
+	if len(o.Map)+count > MaxMapEntries {
+		return fmt.Errorf("option %q: map has more than %d entries", whole, MaxMapEntries)
+	}
+	for i := 0; i < count; i++ {
+		o.Map = append(o.Map, item)
+	}
+	return nil
+}

@@ -1,0 +1,74 @@
+package gpubind
+
+import "fmt"
+
+// PlanRequest is one node's planning problem in the form the CLI and the engine have it.
+type PlanRequest struct {
+	Topo      *Topology
+	Env       StepEnv
+	Gres      *GresConf // nil: no gres.conf known
+	GresFrom  string    // where Gres came from, for messages
+	Numbering Numbering
+	Tasks     int
+	Option    string // --gpu-bind-topo value
+	Mode      string // enforce (default) or optional
+	Force     Flags  // admin: flags always on
+	Never     Flags  // admin: flags always off
+	// TaskCPUs are the tasks' CPU bindings when known at plan time (an explicit
+	// --cpu-bind in the step environment); nil otherwise. With rule numa the task
+	// lines then hold the rule's answer for them.
+	TaskCPUs []CPUSet
+}
+
+// Plan parses the option, maps the step's GPUs and builds the decision table. An
+// unknown GRES mapping is an error in enforce mode and a warning in optional mode.
+func Plan(r PlanRequest) (*Table, error) {
+	mode := r.Mode
+	if mode == "" {
+		mode = ModeEnforce
+	}
+	if mode != ModeEnforce && mode != ModeOptional {
+		return nil, fmt.Errorf("mode %q: want enforce or optional", r.Mode)
+	}
+	opt, err := ParseOption(r.Option)
+	if err != nil {
+		return nil, err
+	}
+	if opt.Policy == PolicyOff || opt.Policy == PolicyHelp {
+		return nil, fmt.Errorf("option %q: policy %s does not plan", r.Option, opt.Policy)
+	}
+	opt.Flags = opt.Flags.Apply(r.Force, r.Never)
+	if r.Topo == nil {
+		return nil, fmt.Errorf("no topology")
+	}
+	gm, err := BuildGresMap(r.Topo, r.Gres, r.GresFrom)
+	if err != nil {
+		return nil, err
+	}
+	st, err := ResolveStep(r.Topo, r.Env, gm, r.Numbering)
+	if err != nil {
+		return nil, err
+	}
+	if st.Unknown && mode == ModeEnforce {
+		why := "no gres.conf was found"
+		if r.Gres != nil {
+			why = "gres.conf " + r.GresFrom + " has GPU lines only for other nodes (NodeName=)"
+		}
+		return nil, fmt.Errorf("cannot map Slurm's GPU numbers (GRES indices) to GPUs: %s; give the plugin gres_conf= or run in mode=optional", why)
+	}
+	tab, err := BuildTable(PlanInput{Topo: r.Topo, Step: st, Tasks: r.Tasks, Option: opt, Mode: mode})
+	if err != nil {
+		return nil, err
+	}
+	if st.Unknown {
+		tab.Status = StatusWarn
+	}
+	if tab.Rule == RuleNUMA && len(r.TaskCPUs) == r.Tasks {
+		for L := range tab.Tasks {
+			if b := tab.Resolve(L, r.TaskCPUs, CPUSet{}); b.NUMA >= 0 {
+				tab.Tasks[L].GPUs = b.GPUs
+			}
+		}
+	}
+	return tab, nil
+}

@@ -1,0 +1,328 @@
+package gpubind
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Numbering says how the tasks will number the GPUs they see.
+type Numbering int
+
+const (
+	// NumberingAuto decides from the environment: a CUDA_VISIBLE_DEVICES of 0..n-1 that
+	// differs from SLURM_STEP_GPUS means relative.
+	NumberingAuto Numbering = iota
+	// NumberingGlobal: the task sees all GPUs of the node (no ConstrainDevices).
+	NumberingGlobal
+	// NumberingRelative: the task sees only the step's GPUs (ConstrainDevices=yes),
+	// numbered from 0 in PCI order (CUDA_DEVICE_ORDER=PCI_BUS_ID).
+	NumberingRelative
+)
+
+func (n Numbering) String() string {
+	switch n {
+	case NumberingGlobal:
+		return "global"
+	case NumberingRelative:
+		return "relative"
+	}
+	return "auto"
+}
+
+// StepEnv holds the step's GPU-related environment. A nil pointer means unset.
+type StepEnv struct {
+	StepGPUs    *string // SLURM_STEP_GPUS
+	JobGPUs     *string // SLURM_JOB_GPUS
+	CudaVisible *string // CUDA_VISIBLE_DEVICES
+}
+
+// StepGPU is one GPU (or MIG instance) the step may use.
+type StepGPU struct {
+	Topo    int        // index into Topology.GPUs
+	MIG     *MIGDevice // nil for a whole GPU
+	Gres    int        // GRES index, -1 unknown
+	Visible string     // value for the task's CUDA_VISIBLE_DEVICES
+}
+
+// Step is the resolved set of GPUs of a step.
+type Step struct {
+	GPUs      []StepGPU // sorted by bus id (then MIG GI/CI)
+	Numbering Numbering // as decided
+	Notes     []string  // warnings about assumptions (never silent)
+	// Unknown is set when the GRES -> GPU mapping had to be assumed: the engine turns it
+	// into an error in enforce mode and a warning in optional mode.
+	Unknown bool
+}
+
+// listItem is one entry of a GPU list: a number or a UUID.
+type listItem struct {
+	num  int
+	uuid string
+}
+
+// ParseGPUList parses a GPU list as Slurm and CUDA write it: "0,1,3", "GPU-...",
+// "MIG-...", mixed. what names the variable in errors.
+func ParseGPUList(what, s string) ([]listItem, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, nil
+	}
+	if len(s) > MaxOptionLen {
+		return nil, fmt.Errorf("%s is %d bytes, more than %d", what, len(s), MaxOptionLen)
+	}
+	var out []listItem
+	seen := map[string]bool{}
+	for _, t := range strings.Split(s, ",") {
+		t = strings.TrimSpace(t)
+		var it listItem
+		switch {
+		case strings.HasPrefix(t, "GPU-") || strings.HasPrefix(t, "MIG-"):
+			if len(t) < 5 || strings.ContainsAny(t, " \t") {
+				return nil, fmt.Errorf("%s=%q: %q is not a GPU-/MIG- UUID", what, s, t)
+			}
+			it.uuid = t
+		default:
+			n, err := strconv.Atoi(t)
+			if err != nil || n < 0 || n > 65535 {
+				return nil, fmt.Errorf("%s=%q: %q is not a GPU index or GPU-/MIG- UUID", what, s, t)
+			}
+			it.num = n
+			t = strconv.Itoa(n)
+		}
+		if seen[t] {
+			return nil, fmt.Errorf("%s=%q: %q listed twice", what, s, t)
+		}
+		seen[t] = true
+		out = append(out, it)
+	}
+	return out, nil
+}
+
+// findUUID finds a GPU or MIG UUID in the topology.
+func findUUID(t *Topology, u string) (int, *MIGDevice) {
+	for i := range t.GPUs {
+		if t.GPUs[i].UUID == u {
+			return i, nil
+		}
+		for k := range t.GPUs[i].MIG {
+			if t.GPUs[i].MIG[k].UUID == u {
+				return i, &t.GPUs[i].MIG[k]
+			}
+		}
+	}
+	return -1, nil
+}
+
+// ResolveStep finds the step's GPUs. Slurm numbers (SLURM_STEP_GPUS, else
+// SLURM_JOB_GPUS) are GRES indices, mapped through gm; UUIDs are looked up directly.
+// CUDA_VISIBLE_DEVICES decides the numbering under NumberingAuto, and is the GPU list
+// only when Slurm set neither variable. With no list at all, the step may use every
+// GPU of the node (Slurm does not manage GPUs there).
+func ResolveStep(t *Topology, env StepEnv, gm *GresMap, num Numbering) (*Step, error) {
+	st := &Step{Numbering: num}
+	var slurmName string
+	var slurmList *string
+	switch {
+	case env.StepGPUs != nil:
+		slurmName, slurmList = "SLURM_STEP_GPUS", env.StepGPUs
+	case env.JobGPUs != nil:
+		slurmName, slurmList = "SLURM_JOB_GPUS", env.JobGPUs
+	}
+	var cvd []listItem
+	if env.CudaVisible != nil {
+		var err error
+		if cvd, err = ParseGPUList("CUDA_VISIBLE_DEVICES", *env.CudaVisible); err != nil {
+			return nil, err
+		}
+	}
+	cvdUUIDs := len(cvd) > 0 && cvd[0].uuid != ""
+	for _, it := range cvd {
+		if (it.uuid != "") != cvdUUIDs {
+			return nil, fmt.Errorf("CUDA_VISIBLE_DEVICES=%q mixes indices and UUIDs", *env.CudaVisible)
+		}
+	}
+	type pick struct {
+		topo int
+		mig  *MIGDevice
+		gres int
+	}
+	var picks []pick
+	addUUID := func(what, u string) error {
+		i, mig := findUUID(t, u)
+		if i < 0 {
+			return fmt.Errorf("%s names %s, which is not a GPU or MIG instance of this node's topology", what, u)
+		}
+		picks = append(picks, pick{topo: i, mig: mig, gres: -1})
+		return nil
+	}
+	addGres := func(what string, n int) error {
+		if gm.Assumed {
+			st.Unknown = true
+		}
+		if n >= len(gm.GPUs) {
+			return fmt.Errorf("%s names GPU %d, but this node has GRES indices 0..%d (%s); the topology lacks a GPU Slurm allocated", what, n, len(gm.GPUs)-1, gm.Source)
+		}
+		picks = append(picks, pick{topo: gm.GPUs[n], gres: n})
+		return nil
+	}
+	switch {
+	case slurmList != nil:
+		items, err := ParseGPUList(slurmName, *slurmList)
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range items {
+			if it.uuid != "" {
+				err = addUUID(slurmName, it.uuid)
+			} else {
+				err = addGres(slurmName, it.num)
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		if gm.Assumed && len(items) > 0 && items[0].uuid == "" {
+			st.Notes = append(st.Notes, fmt.Sprintf("GRES indices of %s assumed to be in PCI order (AutoDetect=nvml): %s", slurmName, gm.Source))
+		}
+		if cvdUUIDs {
+			// Slurm 25.11 may hand out GPU- UUIDs, and MIG slices are named by MIG- UUIDs:
+			// they identify the devices, and must lie on the GPUs Slurm allocated.
+			if len(cvd) != len(items) {
+				return nil, fmt.Errorf("CUDA_VISIBLE_DEVICES=%q has %d entries but %s=%q has %d", *env.CudaVisible, len(cvd), slurmName, *slurmList, len(items))
+			}
+			gresOf := map[int]int{}
+			for _, p := range picks {
+				gresOf[p.topo] = p.gres
+			}
+			picks = nil
+			for _, it := range cvd {
+				if err := addUUID("CUDA_VISIBLE_DEVICES", it.uuid); err != nil {
+					return nil, err
+				}
+				last := &picks[len(picks)-1]
+				g, ok := gresOf[last.topo]
+				if !ok && !gm.Assumed {
+					return nil, fmt.Errorf("CUDA_VISIBLE_DEVICES names %s, which is not on a GPU of %s=%q", it.uuid, slurmName, *slurmList)
+				}
+				if ok && last.mig == nil {
+					last.gres = g
+				}
+			}
+		} else if num == NumberingAuto {
+			st.Numbering = NumberingGlobal
+			if len(cvd) == len(items) && len(cvd) > 0 && isIota(cvd) && !sameNums(cvd, items) {
+				st.Numbering = NumberingRelative
+			} else if len(cvd) > 0 && !sameNums(cvd, items) {
+				st.Notes = append(st.Notes, fmt.Sprintf("CUDA_VISIBLE_DEVICES=%q matches neither %s=%q nor 0..%d; using %s", *env.CudaVisible, slurmName, *slurmList, len(items)-1, slurmName))
+			}
+		}
+	case len(cvd) > 0:
+		for _, it := range cvd {
+			var err error
+			if it.uuid != "" {
+				err = addUUID("CUDA_VISIBLE_DEVICES", it.uuid)
+			} else if it.num < len(t.GPUs) {
+				picks = append(picks, pick{topo: it.num, gres: -1})
+			} else {
+				err = fmt.Errorf("CUDA_VISIBLE_DEVICES=%q names GPU %d, but this node has %d GPUs", *env.CudaVisible, it.num, len(t.GPUs))
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		if !cvdUUIDs {
+			st.Notes = append(st.Notes, "SLURM_STEP_GPUS unset: CUDA_VISIBLE_DEVICES taken as NVML (PCI order) indices")
+		}
+		if num == NumberingAuto {
+			st.Numbering = NumberingGlobal
+		}
+	default:
+		gresOf := map[int]int{}
+		for n, i := range gm.GPUs {
+			gresOf[i] = n
+		}
+		for i := range t.GPUs {
+			g, ok := gresOf[i]
+			if !ok {
+				g = -1
+			}
+			picks = append(picks, pick{topo: i, gres: g})
+		}
+		if num == NumberingAuto {
+			st.Numbering = NumberingGlobal
+		}
+		if len(t.GPUs) > 0 {
+			st.Notes = append(st.Notes, "no SLURM_STEP_GPUS/SLURM_JOB_GPUS/CUDA_VISIBLE_DEVICES: the step may use all GPUs of the node")
+		}
+	}
+	seen := map[string]bool{}
+	for _, p := range picks {
+		key := t.GPUs[p.topo].BusID
+		if p.mig != nil {
+			key = p.mig.UUID
+		}
+		if seen[key] {
+			if len(t.GPUs[p.topo].MIG) > 0 {
+				return nil, fmt.Errorf("the step's GPU list names %s twice: it is a MIG GPU, and its slices need MIG- UUIDs in CUDA_VISIBLE_DEVICES", key)
+			}
+			return nil, fmt.Errorf("the step's GPU list names %s twice", key)
+		}
+		seen[key] = true
+		st.GPUs = append(st.GPUs, StepGPU{Topo: p.topo, MIG: p.mig, Gres: p.gres})
+	}
+	sort.SliceStable(st.GPUs, func(i, j int) bool {
+		a, b := st.GPUs[i], st.GPUs[j]
+		if a.Topo != b.Topo {
+			return t.GPUs[a.Topo].BusID < t.GPUs[b.Topo].BusID
+		}
+		if a.MIG == nil || b.MIG == nil {
+			return a.MIG == nil && b.MIG != nil
+		}
+		if a.MIG.GI != b.MIG.GI {
+			return a.MIG.GI < b.MIG.GI
+		}
+		return a.MIG.CI < b.MIG.CI
+	})
+	// Visible values: MIG instances and UUID lists by UUID; otherwise the index the task
+	// sees with CUDA_DEVICE_ORDER=PCI_BUS_ID: its rank among the step's GPUs (relative)
+	// or its NVML index (global).
+	rel := 0
+	for i := range st.GPUs {
+		g := &st.GPUs[i]
+		switch {
+		case g.MIG != nil:
+			g.Visible = g.MIG.UUID
+		case cvdUUIDs && t.GPUs[g.Topo].UUID != "":
+			g.Visible = t.GPUs[g.Topo].UUID
+		case st.Numbering == NumberingRelative:
+			g.Visible = strconv.Itoa(rel)
+			rel++
+		default:
+			g.Visible = strconv.Itoa(t.GPUs[g.Topo].Index)
+		}
+	}
+	return st, nil
+}
+
+func isIota(items []listItem) bool {
+	for i, it := range items {
+		if it.uuid != "" || it.num != i {
+			return false
+		}
+	}
+	return true
+}
+
+func sameNums(a, b []listItem) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

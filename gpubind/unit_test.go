@@ -1,0 +1,295 @@
+package gpubind_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/gpubind/gpubind/gpubind"
+)
+
+func TestCPUSet(t *testing.T) {
+	s, err := gpubind.ParseCPUList("0-3,8,10-11")
+	if err != nil || s.String() != "0-3,8,10-11" || s.Count() != 7 || s.Hex() != "0xd0f" {
+		t.Fatalf("ParseCPUList: %v %q %d %s", err, s, s.Count(), s.Hex())
+	}
+	m, err := gpubind.ParseCPUMask("0xD0F")
+	if err != nil || !m.Equal(s) {
+		t.Fatalf("ParseCPUMask: %v %s", err, m)
+	}
+	if m, _ := gpubind.ParseCPUMask("ff,00000000"); m.String() != "32-39" {
+		t.Errorf("linux bitmap mask: %s", m)
+	}
+	for _, bad := range []string{"3-1", "a", "1,,2", "-1", "99999999"} {
+		if _, err := gpubind.ParseCPUList(bad); err == nil {
+			t.Errorf("ParseCPUList(%q) accepted", bad)
+		}
+	}
+	for _, bad := range []string{"", "0x", "0xg1"} {
+		if _, err := gpubind.ParseCPUMask(bad); err == nil {
+			t.Errorf("ParseCPUMask(%q) accepted", bad)
+		}
+	}
+	l := gpubind.ParseCPUBindList("0x1,zz,0x6")
+	if len(l) != 3 || l[0].String() != "0" || !l[1].IsEmpty() || l[2].String() != "1-2" {
+		t.Errorf("ParseCPUBindList: %v", l)
+	}
+	if m, err := gpubind.CPUBindMasks("map_cpu:", "3,1"); err != nil || m[0].String() != "3" || m[1].String() != "1" {
+		t.Errorf("CPUBindMasks map_cpu: %v %v", m, err)
+	}
+	if _, err := gpubind.CPUBindMasks("mask_cpu:", "0x1,q"); err == nil || !strings.Contains(err.Error(), "SLURM_CPU_BIND_LIST") {
+		t.Errorf("CPUBindMasks accepted a bad mask: %v", err)
+	}
+}
+
+func TestNormalizeBusID(t *testing.T) {
+	for in, want := range map[string]string{
+		"00000000:3B:00.0": "0000:3b:00.0", "0000:3b:00.0": "0000:3b:00.0", "3b:00.0": "0000:3b:00.0",
+		"0009:01:00.0": "0009:01:00.0", " 0000:00:06.0\n": "0000:00:06.0",
+	} {
+		if got, err := gpubind.NormalizeBusID(in); err != nil || got != want {
+			t.Errorf("NormalizeBusID(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "3b", "0000:3b:00", "0000:3g:00.0", "0000:3b:20.0", "0000:3b:00.8", "100000:00:00.0"} {
+		if _, err := gpubind.NormalizeBusID(bad); err == nil {
+			t.Errorf("NormalizeBusID(%q) accepted", bad)
+		}
+	}
+}
+
+func TestParseOption(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                      "closest",
+		"closest":               "closest",
+		"verbose":               "closest,verbose",
+		"pack,nic,cpus":         "pack,nic,cpus",
+		"spread,isolate":        "spread,isolate",
+		"map:0,1,2*2,verbose":   "map:0,1,2,2,verbose",
+		"map:GPU-abc,MIG-x*2":   "map:GPU-abc,MIG-x,MIG-x",
+		"per-task:2,nic":        "per-task:2,nic",
+		"single:4":              "single:4",
+		"off":                   "off",
+		"verbose,nic,isolate":   "closest,verbose,nic,isolate",
+		"map:3,verbose,nic":     "map:3,verbose,nic",
+		"closest,cpus,verbose":  "closest,verbose,cpus",
+		"map:0*4":               "map:0,0,0,0",
+		"per-task:64":           "per-task:64",
+		"single:1,verbose,cpus": "single:1,verbose,cpus",
+	} {
+		o, err := gpubind.ParseOption(in)
+		if err != nil || o.String() != want {
+			t.Errorf("ParseOption(%q) = %q, %v; want %q", in, o.String(), err, want)
+		}
+	}
+	for in, want := range map[string]string{
+		"closest,bogus":    `"bogus"`,
+		"nearest":          `"nearest"`,
+		"pack,spread":      `second policy "spread"`,
+		"verbose,pack":     `second policy "pack"`,
+		"map:":             "map needs a list",
+		"map:0,x":          `"x"`,
+		"map:0*0":          "repeat count",
+		"per-task:0":       "per-task needs a count",
+		"per-task":         "per-task needs a count",
+		"single:x":         "single needs a count",
+		"closest:3":        "takes no argument",
+		"closest,,nic":     "empty item",
+		"per-task:65":      "1..64",
+		"map:-1":           `"-1"`,
+		"map:0*5000":       "repeat count",
+		"closest,verbose,": "empty item",
+	} {
+		if _, err := gpubind.ParseOption(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseOption(%q) error %v, want one naming %s", in, err, want)
+		}
+	}
+	if o, _ := gpubind.ParseOption("help"); o.Policy != gpubind.PolicyHelp {
+		t.Errorf("help: %+v", o)
+	}
+	f, err := gpubind.ParseFlags("force", "nic,isolate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	never, _ := gpubind.ParseFlags("never", "isolate")
+	if got := (gpubind.Flags{Verbose: true}).Apply(f, never).String(); got != "verbose,nic" {
+		t.Errorf("Apply: %s", got)
+	}
+}
+
+func TestGresConfAndHostlist(t *testing.T) {
+	h, err := gpubind.ExpandHostlist("node[1-3,07],gpu")
+	if err != nil || !reflect.DeepEqual(h, []string{"node1", "node2", "node3", "node07", "gpu"}) {
+		t.Fatalf("ExpandHostlist: %v %v", h, err)
+	}
+	for _, bad := range []string{"n[1-", "n[3-1]", "n[[1]]", "a,,b", "n[1-99999]"} {
+		if _, err := gpubind.ExpandHostlist(bad); err == nil {
+			t.Errorf("ExpandHostlist(%q) accepted", bad)
+		}
+	}
+	gc, err := gpubind.ParseGresConf(`# comment
+AutoDetect=off
+NodeName=node[1-2] Name=gpu Type=h100 File=/dev/nvidia[2-3] Cores=0-3
+NodeName=node9 Name=gpu File=/dev/nvidia7
+Name=gpu File=/dev/nvidia0
+name=mps Count=100
+NodeName=node1 Name=gpu MultipleFiles=/dev/nvidia1,/dev/nvidia-caps/nvidia-cap21
+`, "node1")
+	if err != nil || !reflect.DeepEqual(gc.Files, []string{"/dev/nvidia2", "/dev/nvidia3", "/dev/nvidia0", "/dev/nvidia1"}) || gc.AutoDetect != "off" {
+		t.Fatalf("ParseGresConf: %+v %v", gc, err)
+	}
+	other, err := gpubind.ParseGresConf("NodeName=node9 Name=gpu File=/dev/nvidia0\n", "node1")
+	if err != nil || other.OtherNodes != 1 || len(other.Files) != 0 {
+		t.Fatalf("other node: %+v %v", other, err)
+	}
+	if gm, _ := gpubind.BuildGresMap(&gpubind.Topology{}, other, "x"); !gm.Assumed {
+		t.Error("gres.conf for other nodes only: mapping not marked as assumed")
+	}
+	if all, _ := gpubind.ParseGresConf("NodeName=node9 Name=gpu File=/dev/nvidia0\n", ""); len(all.Files) != 1 {
+		t.Errorf("node \"\" does not match every line: %+v", all)
+	}
+	if _, err := gpubind.ParseGresConf("Name=gpu File", "n"); err == nil || !strings.Contains(err.Error(), "line 1") {
+		t.Errorf("bad gres.conf line accepted: %v", err)
+	}
+}
+
+func TestDeviceMinorNeedsCharDevice(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "nvidia0")
+	os.WriteFile(p, nil, 0o644)
+	if _, err := gpubind.DeviceMinor(p); err == nil || !strings.Contains(err.Error(), "not a character device") {
+		t.Errorf("regular file accepted as GPU device: %v", err)
+	}
+	if _, err := gpubind.DeviceMinor("/dev/null"); err == nil || !strings.Contains(err.Error(), "major 1") {
+		t.Errorf("/dev/null accepted: %v", err)
+	}
+	if _, err := gpubind.DeviceMinor("/nonexistent/nvidia0"); err == nil {
+		t.Error("missing device accepted")
+	}
+}
+
+func TestParseNvidiaInformation(t *testing.T) {
+	bus, _, err := gpubind.ParseNvidiaInformation("Model: \t H100\nGPU UUID: \t GPU-1234\nBus Location: \t 0000:1B:00.0\nDevice Minor: \t 3\n")
+	if err != nil || bus != "0000:1b:00.0" {
+		t.Fatalf("%q %v", bus, err)
+	}
+	for _, bad := range []string{"Device Minor: 3\n", "Bus Location: zz\n", "Bus Location: 0000:1b:00.0\nDevice Minor: 999\n", "Bus Location: 0000:1b:00.0\nGPU UUID: nope\n"} {
+		if _, _, err := gpubind.ParseNvidiaInformation(bad); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+	if v := gpubind.ParseDriverVersion("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Thu Feb 22\n"); v != "550.54.15" {
+		t.Errorf("driver version %q", v)
+	}
+	if v := gpubind.ParseDriverVersion("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build\n"); v != "570.86.15" {
+		t.Errorf("open driver version %q", v)
+	}
+}
+
+func TestTableRoundTripAndTruncation(t *testing.T) {
+	tab := &gpubind.Table{
+		Status: gpubind.StatusWarn, Messages: []string{"two\nlines\x01"}, Mode: gpubind.ModeOptional,
+		Flags: gpubind.Flags{NIC: true}, Rule: gpubind.RuleNUMA, Share: 2, PerTask: 1, NTasks: 2,
+		NUMA:     []gpubind.TableNUMA{{ID: 0, CPUs: gpubind.NewCPUSet(0, 1)}, {ID: 1}},
+		GPUs:     []gpubind.TableGPU{{ID: 0, Visible: "0", NVMLIndex: 3, Minor: -1, BusID: "0000:3b:00.0", NUMA: -1}},
+		NUMAGPUs: map[int][]int{0: {0}, 1: nil},
+		Fallback: []int{0},
+		Tasks:    []gpubind.TableTask{{Local: 0, GPUs: []int{0}, CPUs: gpubind.NewCPUSet(1)}, {Local: 1}},
+	}
+	text := tab.String()
+	if !strings.Contains(text, "message two?lines?\n") || !strings.Contains(text, "gpu 0 0 3 -1 0000:3b:00.0 - -1 -\n") ||
+		!strings.Contains(text, "numa 1 -\n") || !strings.Contains(text, "numagpus 1 -\n") || !strings.Contains(text, "task 1 - -\n") ||
+		!strings.HasSuffix(text, "end 17\n") {
+		t.Fatalf("encoding:\n%s", text)
+	}
+	back, err := gpubind.ParseTable(strings.NewReader(text))
+	if err != nil || back.String() != text {
+		t.Fatalf("round trip: %v\n%s", err, back)
+	}
+	lines := strings.SplitAfter(text, "\n")
+	for cut := 1; cut < len(lines)-1; cut++ {
+		if _, err := gpubind.ParseTable(strings.NewReader(strings.Join(lines[:cut], ""))); err == nil {
+			t.Errorf("table cut after %d lines parsed", cut)
+		}
+	}
+	for _, bad := range []string{
+		strings.Replace(text, "end 17", "end 16", 1),
+		strings.Replace(text, "gpubind-plan 1", "gpubind-plan 2", 1),
+		strings.Replace(text, "task 1 - -", "task 1 5 -", 1),
+		strings.Replace(text, "fallback 0", "fallback 0,x", 1),
+		strings.Replace(text, "rule numa", "rule magic", 1),
+		strings.Replace(text, "numagpus 1 -", "numagpus 7 -", 1),
+		text + "extra\n",
+	} {
+		if _, err := gpubind.ParseTable(strings.NewReader(bad)); err == nil {
+			t.Errorf("bad table parsed:\n%s", bad)
+		}
+	}
+	var buf bytes.Buffer
+	gpubind.ErrorTable("", os.ErrNotExist).Encode(&buf)
+	if e, err := gpubind.ParseTable(&buf); err != nil || e.Status != "error" || e.Mode != "enforce" {
+		t.Errorf("error table: %v %+v", err, e)
+	}
+}
+
+// TestResolveRule checks rule section 3 on a hand-made table: NUMA by majority (ties to
+// the lowest node), k counted from the bind list, share and per_task slots, fallback.
+func TestResolveRule(t *testing.T) {
+	tab := &gpubind.Table{
+		Rule: gpubind.RuleNUMA, Share: 1, PerTask: 1, NTasks: 4,
+		NUMA:     []gpubind.TableNUMA{{ID: 0, CPUs: gpubind.NewCPUSet(0, 1)}, {ID: 1, CPUs: gpubind.NewCPUSet(2, 3)}, {ID: 2, CPUs: gpubind.NewCPUSet(4)}},
+		GPUs:     []gpubind.TableGPU{{ID: 0}, {ID: 1}, {ID: 2}},
+		NUMAGPUs: map[int][]int{0: {0, 1}, 1: {2}, 2: nil},
+		Fallback: []int{2, 0, 1},
+		Tasks:    []gpubind.TableTask{{GPUs: []int{1}}, {GPUs: []int{2}}, {GPUs: []int{0}}, {GPUs: []int{1}}},
+	}
+	mask := func(c ...int) gpubind.CPUSet { return gpubind.NewCPUSet(c...) }
+	list := []gpubind.CPUSet{mask(0), mask(2), mask(1), mask(1, 2, 3)}
+	cases := []struct {
+		L    int
+		list []gpubind.CPUSet
+		own  gpubind.CPUSet
+		want []int
+	}{
+		{0, list, gpubind.CPUSet{}, []int{0}},                 // NUMA 0, k=0
+		{1, list, gpubind.CPUSet{}, []int{2}},                 // NUMA 1, k=0
+		{2, list, gpubind.CPUSet{}, []int{1}},                 // NUMA 0, k=1
+		{3, list, gpubind.CPUSet{}, []int{2}},                 // NUMA 1 (2 of 3 CPUs), k=1 -> wraps
+		{0, nil, mask(0, 1, 2, 3, 4), []int{1}},               // every CPU: no binding -> task line
+		{2, nil, mask(4), []int{1}},                           // NUMA 2 has no GPU: fallback[k=L=2]
+		{1, nil, mask(1, 2), []int{1}},                        // tie 1:1 -> lowest node 0, k=L=1 -> C[1]
+		{3, nil, gpubind.CPUSet{}, []int{1}},                  // nothing known -> task line
+		{1, []gpubind.CPUSet{mask(0), {}}, mask(3), []int{2}}, // unparsable entry -> own mask
+	}
+	for i, c := range cases {
+		got := tab.Resolve(c.L, c.list, c.own)
+		if !reflect.DeepEqual(got.GPUs, c.want) {
+			t.Errorf("case %d: Resolve(%d) = %v, want %v", i, c.L, got.GPUs, c.want)
+		}
+	}
+	tab.Share, tab.PerTask = 2, 1
+	l4 := []gpubind.CPUSet{mask(0), mask(0), mask(1), mask(1)}
+	for L, want := range []int{0, 0, 1, 1} {
+		if got := tab.Resolve(L, l4, gpubind.CPUSet{}).GPUs; len(got) != 1 || got[0] != want {
+			t.Errorf("share 2: task %d got %v want %d", L, got, want)
+		}
+	}
+	tab.Share, tab.PerTask = 1, 2
+	for L, want := range [][]int{{0, 1}, {0, 1}} { // C has 2 GPUs: slot 2 wraps to 0,1
+		if got := tab.Resolve(L, l4[:2], gpubind.CPUSet{}).GPUs; !reflect.DeepEqual(got, want) {
+			t.Errorf("per_task 2: task %d got %v want %v", L, got, want)
+		}
+	}
+	tab.PerTask = 3 // duplicates dropped, order kept
+	if got := tab.Resolve(1, l4[:2], gpubind.CPUSet{}).GPUs; !reflect.DeepEqual(got, []int{1, 0}) {
+		t.Errorf("per_task 3 dedup: %v", got)
+	}
+	tab.Rule = gpubind.RuleTable
+	if got := tab.Resolve(0, l4, gpubind.CPUSet{}).GPUs; !reflect.DeepEqual(got, []int{1}) {
+		t.Errorf("rule table: %v", got)
+	}
+}
+
+func readFile(p string) ([]byte, error) { return os.ReadFile(p) }

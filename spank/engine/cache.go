@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/gpubind/gpubind/gpubind"
+)
+
+// DefaultCacheDir holds the per-boot discovery cache; /run is a tmpfs, emptied at boot.
+const DefaultCacheDir = "/run/gpubind"
+
+// cacheFile is the JSON stored in the cache.
+type cacheFile struct {
+	Key      string            `json:"key"`
+	Topology *gpubind.Topology `json:"topology"`
+}
+
+// cacheKey names what the cached discovery depends on: the boot, the driver version,
+// and the admin's source/root/snapshot settings.
+func cacheKey(req *Request) (string, error) {
+	boot, err := os.ReadFile(bootIDPath)
+	if err != nil {
+		return "", fmt.Errorf("boot id: %w", err)
+	}
+	driver := gpubind.DriverVersion(req.Root)
+	if driver == "" {
+		driver = "nodriver"
+	}
+	root := req.Root
+	if root == "" {
+		root = "/"
+	}
+	if abs, err := filepath.Abs(root); err == nil {
+		root = abs
+	}
+	snap := "-"
+	if req.Snapshot != "" {
+		if st, err := os.Stat(req.Snapshot); err == nil {
+			snap = fmt.Sprintf("%s:%d:%d", req.Snapshot, st.Size(), st.ModTime().UnixNano())
+		} else {
+			snap = req.Snapshot + ":missing"
+		}
+	}
+	src := req.Source
+	if src == "" {
+		src = gpubind.SourceAuto
+	}
+	return fmt.Sprintf("gpubind-cache 1\nboot=%s\ndriver=%s\nsource=%s\nroot=%s\nsnapshot=%s\n",
+		strings.TrimSpace(string(boot)), driver, src, root, snap), nil
+}
+
+func cachePath(dir, key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return filepath.Join(dir, "topo-"+hex.EncodeToString(sum[:16])+".json")
+}
+
+// secureOwner checks that fi is owned by the effective user (root in slurmstepd) and
+// not writable by group or others.
+func secureOwner(path string, fi fs.FileInfo) error {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("%s: no owner information", path)
+	}
+	if int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%s is owned by uid %d, not %d", path, st.Uid, os.Geteuid())
+	}
+	if fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("%s is writable by group or others (mode %v)", path, fi.Mode().Perm())
+	}
+	return nil
+}
+
+// checkCacheDir verifies (creating it if missing, 0755) that dir is a directory owned
+// by us and not writable by others.
+func checkCacheDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("cache dir: %w", err)
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return fmt.Errorf("cache dir: %w", err)
+		}
+		fi, err = os.Lstat(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("cache dir: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("cache dir %s is not a directory", dir)
+	}
+	return secureOwner(dir, fi)
+}
+
+// readCache returns the cached topology for key, or an error saying why there is none
+// (missing, insecure, stale or corrupt).
+func readCache(path, key string) (*gpubind.Topology, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if err := secureOwner(path, fi); err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var cf struct {
+		Key      string          `json:"key"`
+		Topology json.RawMessage `json:"topology"`
+	}
+	if err := json.Unmarshal(data, &cf); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if cf.Key != key {
+		return nil, fmt.Errorf("%s is stale (key differs)", path)
+	}
+	t, err := gpubind.ParseSnapshot(cf.Topology)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
+}
+
+// writeCache stores the topology atomically: a temporary file in the same directory,
+// mode 0644, renamed over the old one.
+func writeCache(dir, path, key string, t *gpubind.Topology) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	if err := enc.Encode(cacheFile{Key: key, Topology: t}); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".topo-*.tmp")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // no-op after the rename
+	if _, err := f.Write(buf.Bytes()); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// loadTopology returns the node's topology. A snapshot source is read directly (it is
+// already a file); other sources go through the per-boot cache, so that the step path
+// costs a few small reads and discovery (NVML: hundreds of ms) runs once per boot and
+// driver version. Cache problems never fail the step: they fall back to discovery and
+// say so in the notes.
+func loadTopology(req *Request) (*gpubind.Topology, []string, error) {
+	opts := gpubind.DiscoverOptions{Source: req.Source, Root: req.Root, Snapshot: req.Snapshot, NVML: nvmlLib}
+	if req.Source == gpubind.SourceSnapshot || (req.Source == "" && req.Snapshot != "") {
+		opts.Source = gpubind.SourceSnapshot
+		t, notes, err := gpubind.Discover(opts)
+		return t, notes, err
+	}
+	dir := req.CacheDir
+	if dir == "" {
+		dir = DefaultCacheDir
+	}
+	key, kerr := cacheKey(req)
+	var notes []string
+	var path string
+	if kerr == nil {
+		if err := checkCacheDir(dir); err != nil {
+			notes = append(notes, "discovery cache not used: "+err.Error())
+			kerr = err
+		} else {
+			path = cachePath(dir, key)
+			if t, err := readCache(path, key); err == nil {
+				return t, nil, nil
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				notes = append(notes, "discovery cache ignored: "+err.Error())
+			}
+		}
+	} else {
+		notes = append(notes, "discovery cache not used: "+kerr.Error())
+	}
+	t, dnotes, err := gpubind.Discover(opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	_ = dnotes // which backends ran is recorded in t.Backends and the Source maps
+	if kerr == nil {
+		if err := writeCache(dir, path, key, t); err != nil {
+			notes = append(notes, "discovery cache not written: "+err.Error())
+		}
+	}
+	return t, notes, nil
+}

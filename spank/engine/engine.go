@@ -1,0 +1,303 @@
+// Command engine is the Go side of the gpubind SPANK plugin, built with
+// -buildmode=c-shared into gpubind_engine.so. The C front end forks a short-lived child
+// in slurm_spank_init_post_opt; the child dlopens this library and calls
+// gpubind_engine_run, which discovers the topology (at most once per boot and driver
+// version, through a cache), drops root, plans the step and writes the decision table
+// of spank/PROTOCOL.md to a pipe. Go never runs inside slurmstepd itself.
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpubind/gpubind/gpubind"
+)
+
+// MaxRequestBytes bounds the request text.
+const MaxRequestBytes = 1 << 20
+
+// Test hooks: the NVML library (nil = go-nvml's real one) and the boot id file.
+var (
+	nvmlLib    nvml.Interface
+	bootIDPath = "/proc/sys/kernel/random/boot_id"
+)
+
+// Request is the parsed request of protocol v1 section 1.
+type Request struct {
+	Option     string
+	Mode       string
+	Source     string
+	Root       string
+	Snapshot   string
+	CacheDir   string
+	GresConf   string
+	Force      string
+	Never      string
+	NodeName   string
+	LocalTasks int
+	GlobalIDs  []int
+	Env        map[string]string
+	UID, GID   int // -1: keep
+}
+
+// envKeys are the env.NAME keys the engine reads.
+var envKeys = map[string]bool{
+	"SLURM_STEP_GPUS": true, "SLURM_JOB_GPUS": true, "CUDA_VISIBLE_DEVICES": true,
+	"SLURM_CPU_BIND_TYPE": true, "SLURM_CPU_BIND_LIST": true, "SLURMD_TRES_BIND": true,
+	"SLURM_CONF": true, "SLURM_GPU_BIND_TOPO": true,
+}
+
+// ParseRequest parses KEY=VALUE lines. Unknown keys are ignored; a key given twice, a
+// line without '=', or a bad number is an error naming it.
+func ParseRequest(text string) (*Request, error) {
+	if len(text) > MaxRequestBytes {
+		return nil, fmt.Errorf("request is %d bytes, more than %d", len(text), MaxRequestBytes)
+	}
+	r := &Request{Mode: gpubind.ModeEnforce, Env: map[string]string{}, UID: -1, GID: -1, LocalTasks: -1}
+	seen := map[string]bool{}
+	for i, line := range strings.Split(text, "\n") {
+		if line == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("request line %d %q: want KEY=VALUE", i+1, clip(line))
+		}
+		if seen[k] {
+			return nil, fmt.Errorf("request key %q given twice", k)
+		}
+		seen[k] = true
+		var err error
+		switch k {
+		case "option":
+			r.Option = v
+		case "mode":
+			if v != gpubind.ModeEnforce && v != gpubind.ModeOptional {
+				return nil, fmt.Errorf("request mode=%q: want enforce or optional", clip(v))
+			}
+			r.Mode = v
+		case "source":
+			r.Source = v
+		case "root":
+			r.Root = v
+		case "snapshot":
+			r.Snapshot = v
+		case "cache_dir":
+			r.CacheDir = v
+		case "gres_conf":
+			r.GresConf = v
+		case "force":
+			r.Force = v
+		case "never":
+			r.Never = v
+		case "node_name":
+			r.NodeName = v
+		case "local_tasks":
+			r.LocalTasks, err = atoi(k, v, 0, gpubind.MaxTableTasks)
+		case "global_ids":
+			for _, p := range strings.Split(v, ",") {
+				if p == "" && v == "" {
+					break
+				}
+				n, err := atoi(k, p, 0, 1<<30)
+				if err != nil {
+					return nil, err
+				}
+				r.GlobalIDs = append(r.GlobalIDs, n)
+			}
+		case "uid":
+			r.UID, err = atoi(k, v, 0, 1<<31-2)
+		case "gid":
+			r.GID, err = atoi(k, v, 0, 1<<31-2)
+		default:
+			if name, ok := strings.CutPrefix(k, "env."); ok && envKeys[name] {
+				r.Env[name] = v
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if r.LocalTasks < 0 {
+		return nil, errors.New("request has no local_tasks")
+	}
+	if r.GlobalIDs != nil && len(r.GlobalIDs) != r.LocalTasks {
+		return nil, fmt.Errorf("request global_ids has %d entries but local_tasks=%d", len(r.GlobalIDs), r.LocalTasks)
+	}
+	if (r.UID < 0) != (r.GID < 0) {
+		return nil, errors.New("request gives uid without gid or gid without uid")
+	}
+	return r, nil
+}
+
+func atoi(key, v string, lo, hi int) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return 0, fmt.Errorf("request %s=%q: want an integer %d..%d", key, clip(v), lo, hi)
+	}
+	return n, nil
+}
+
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}
+
+func (r *Request) env(name string) *string {
+	if v, ok := r.Env[name]; ok {
+		return &v
+	}
+	return nil
+}
+
+// Run handles one request and writes the decision table to out. The table is built in
+// memory and written once, so a failure never leaves half a table: on error the table
+// has status error and the message, and the error is returned too.
+func Run(request string, out io.Writer) error {
+	tab, err := plan(request)
+	if err != nil {
+		mode := gpubind.ModeEnforce
+		if strings.Contains("\n"+request, "\nmode=optional\n") || strings.HasSuffix("\n"+request, "\nmode=optional") {
+			mode = gpubind.ModeOptional
+		}
+		tab = gpubind.ErrorTable(mode, err)
+	}
+	var buf bytes.Buffer
+	if eerr := tab.Encode(&buf); eerr != nil {
+		buf.Reset()
+		_ = gpubind.ErrorTable(tab.Mode, eerr).Encode(&buf)
+		if err == nil {
+			err = eerr
+		}
+	}
+	if _, werr := out.Write(buf.Bytes()); werr != nil && err == nil {
+		err = werr
+	}
+	return err
+}
+
+func plan(request string) (*gpubind.Table, error) {
+	req, err := ParseRequest(request)
+	if err != nil {
+		return nil, err
+	}
+	// Root part: admin settings only (source, root, snapshot, cache).
+	topo, notes, err := loadTopology(req)
+	if err != nil {
+		return nil, err
+	}
+	// Everything after this line runs as the job's user.
+	if err := dropPrivileges(req.UID, req.GID); err != nil {
+		return nil, err
+	}
+	force, err := gpubind.ParseFlags("force", req.Force)
+	if err != nil {
+		return nil, err
+	}
+	never, err := gpubind.ParseFlags("never", req.Never)
+	if err != nil {
+		return nil, err
+	}
+	pr := gpubind.PlanRequest{
+		Topo: topo, Tasks: req.LocalTasks, Option: req.Option, Mode: req.Mode,
+		Force: force, Never: never,
+		Env: gpubind.StepEnv{
+			StepGPUs: req.env("SLURM_STEP_GPUS"), JobGPUs: req.env("SLURM_JOB_GPUS"),
+			CudaVisible: req.env("CUDA_VISIBLE_DEVICES"),
+		},
+	}
+	// An explicit --cpu-bind is in the step environment already: plan with it.
+	if masks, err := gpubind.CPUBindMasks(req.Env["SLURM_CPU_BIND_TYPE"], req.Env["SLURM_CPU_BIND_LIST"]); err != nil {
+		return nil, err
+	} else if len(masks) == req.LocalTasks {
+		pr.TaskCPUs = masks
+	}
+	confDir := ""
+	if c := req.Env["SLURM_CONF"]; c != "" {
+		confDir = filepath.Dir(c)
+		pr.Numbering = slurmNumbering(c)
+	}
+	gresPath := req.GresConf
+	if gresPath == "" && confDir != "" {
+		gresPath = filepath.Join(confDir, "gres.conf")
+	}
+	if gresPath == "" {
+		gresPath = "/etc/slurm/gres.conf" // Debian's default config directory
+	}
+	node := req.NodeName
+	if node == "" {
+		// Slurm node names are usually the short host name.
+		h, _ := os.Hostname()
+		node, _, _ = strings.Cut(h, ".")
+	}
+	if gresPath != "" {
+		if _, serr := os.Stat(gresPath); serr == nil || req.GresConf != "" {
+			if pr.Gres, err = gpubind.LoadGresConf(gresPath, node); err != nil {
+				return nil, err
+			}
+			pr.GresFrom = gresPath
+		}
+	}
+	tab, err := gpubind.Plan(pr)
+	if err != nil {
+		return nil, err
+	}
+	tab.Messages = append(notes, tab.Messages...)
+	return tab, nil
+}
+
+// slurmNumbering decides the task's GPU numbering from slurm.conf and cgroup.conf:
+// relative when task/cgroup runs with ConstrainDevices=yes, global otherwise, and auto
+// (guess from the environment) when slurm.conf cannot be read.
+func slurmNumbering(slurmConf string) gpubind.Numbering {
+	sc, err := gpubind.ReadSmallFile(slurmConf, 1<<20)
+	if err != nil {
+		return gpubind.NumberingAuto
+	}
+	taskCgroup := false
+	for _, v := range confValues(string(sc), "taskplugin") {
+		if strings.Contains(v, "cgroup") {
+			taskCgroup = true
+		}
+	}
+	if !taskCgroup {
+		return gpubind.NumberingGlobal
+	}
+	cc, err := gpubind.ReadSmallFile(filepath.Join(filepath.Dir(slurmConf), "cgroup.conf"), 1<<20)
+	if err != nil {
+		return gpubind.NumberingGlobal
+	}
+	for _, v := range confValues(string(cc), "constraindevices") {
+		if strings.EqualFold(v, "yes") {
+			return gpubind.NumberingRelative
+		}
+	}
+	return gpubind.NumberingGlobal
+}
+
+// confValues returns the values of key (lower case) in a Slurm config text.
+func confValues(text, key string) []string {
+	var out []string
+	for _, line := range strings.Split(text, "\n") {
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = line[:i]
+		}
+		for _, f := range strings.Fields(line) {
+			k, v, ok := strings.Cut(f, "=")
+			if ok && strings.EqualFold(k, key) {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpubind/gpubind/gpubind"
+	"github.com/gpubind/gpubind/tests/fixtures"
+)
+
+// TestDropPrivileges runs the engine in a child process (the drop is for good) with
+// uid/gid 65534. The cache is written as root; the gres.conf, read after the drop, is
+// root-only, so the plan must fail with a permission error, which proves the order.
+func TestDropPrivileges(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to drop privileges")
+	}
+	if os.Getenv("GPUBIND_DROP_CHILD") == "1" {
+		return
+	}
+	dir := t.TempDir()
+	// nobody must be able to reach the open file: t.TempDir's parent is 0700.
+	os.Chmod(filepath.Dir(dir), 0o755)
+	os.Chmod(dir, 0o755)
+	secret := filepath.Join(dir, "gres.conf")
+	if err := os.WriteFile(secret, []byte("AutoDetect=nvml\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	open := filepath.Join(dir, "open-gres.conf")
+	if err := os.WriteFile(open, []byte("AutoDetect=nvml\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(dir, "cache")
+	base := "source=sysfs\nroot=" + fixtures.Root("vm1") + "\ncache_dir=" + cache + "\nlocal_tasks=1\nuid=65534\ngid=65534\nenv.SLURM_STEP_GPUS=0\n"
+	for _, c := range []struct {
+		gres, want string
+	}{
+		{secret, "permission denied"},
+		{open, "status ok"},
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestDropChild$")
+		cmd.Env = append(os.Environ(), "GPUBIND_DROP_CHILD=1", "GPUBIND_DROP_REQ="+base+"gres_conf="+c.gres+"\n")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), c.want) || !strings.Contains(string(out), "euid=65534 egid=65534 groups=0") {
+			t.Errorf("child with %s: %v\n%s", c.gres, err, out)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(cache, "topo-*.json"))
+	if len(files) != 1 {
+		t.Fatalf("cache not written as root: %v", files)
+	}
+}
+
+// TestDropChild is the child half of TestDropPrivileges.
+func TestDropChild(t *testing.T) {
+	if os.Getenv("GPUBIND_DROP_CHILD") != "1" {
+		t.Skip("child of TestDropPrivileges")
+	}
+	var buf bytes.Buffer
+	_ = Run(os.Getenv("GPUBIND_DROP_REQ"), &buf)
+	groups, _ := os.Getgroups()
+	tab, err := gpubind.ParseTable(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("euid=%d egid=%d groups=%d status %s %q", os.Geteuid(), os.Getegid(), len(groups), tab.Status, tab.Messages)
+	os.Stdout.WriteString(buf.String())
+	fmt.Printf("euid=%d egid=%d groups=%d\n", os.Geteuid(), os.Getegid(), len(groups))
+	if os.Geteuid() != 65534 || os.Getegid() != 65534 || len(groups) != 0 {
+		t.Fatalf("not dropped: euid=%d egid=%d groups=%v", os.Geteuid(), os.Getegid(), groups)
+	}
+}
