@@ -47,6 +47,7 @@ build: cli engine plugin helper
 cli:
 	@mkdir -p $(BUILD)
 	$(GO) build -trimpath -o $(BUILD)/gpubind ./cmd/gpubind
+	$(GO) build -trimpath -o $(BUILD)/nvmlcost ./tests/gpu/nvmlcost
 
 # ---- engine + plugin (issue: SPANK plugin) --------------------------------------------------
 engine:

@@ -1,0 +1,107 @@
+/*
+ * Per-task cgroup binding for the gpubind front end (issue 6, docs/cgroups.md).
+ *
+ * Flags:
+ *   isolate  a task may open only the /dev/nvidiaN of its own GPUs; every
+ *            other NVIDIA GPU minor (195:0-253) is denied. nvidiactl
+ *            (195:255), nvidia-modeset (195:254), nvidia-uvm, nvidia-caps and
+ *            all non-GPU devices keep whatever rule they had.
+ *   cpus     the task's cpuset (cpus, mems) is narrowed to the given sets,
+ *            intersected with what its current cgroup allows.
+ *
+ * Everything only narrows: a task never gains access it did not have.
+ *
+ * Call sequence in slurmstepd (all plain C, no allocation after prepare):
+ *   gb_cg_prepare     slurm_spank_init_post_opt, before any task exists:
+ *                     finds the hierarchies in /proc/self/mountinfo and, on
+ *                     cgroup v2, loads one BPF device program (plus its two
+ *                     maps) per local task.
+ *   gb_cg_apply       slurm_spank_task_post_fork (parent, root, after Slurm
+ *                     moved the pid into its own task cgroups): creates the
+ *                     task's cgroup below the one Slurm put it in (named
+ *                     gpubind_jJOB_sSTEP_pSTEPDPID_tTASK[_mMINORS]), fills in
+ *                     the rules and moves the pid there.
+ *   gb_cg_task_exit   slurm_spank_task_exit: removes what apply made.
+ *   gb_cg_fini        slurm_spank_exit: retries anything still busy, closes
+ *                     the descriptors and frees the state.
+ * State written by apply lives in memory, so the calls also work from the
+ * clone(CLONE_VM) children of SlurmdParameters=contain_spank. Descriptors are
+ * opened before fork only; after fork, kernel objects are found by id.
+ *
+ * Return codes: GB_CG_OK, GB_CG_ERROR (a system call failed), GB_CG_REFUSED
+ * (the request cannot be applied safely; nothing was loosened), and
+ * GB_CG_UNSUPPORTED (cpus only: no cpuset controller is reachable for the
+ * task; the device part, if any, was applied). err always says what and where.
+ */
+#ifndef GPUBIND_CGROUP_H
+#define GPUBIND_CGROUP_H
+
+#include <sched.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define GB_CG_ISOLATE 0x1u
+#define GB_CG_CPUS 0x2u
+
+#define GB_CG_OK 0
+#define GB_CG_ERROR (-1)
+#define GB_CG_REFUSED (-2)
+#define GB_CG_UNSUPPORTED (-3)
+
+/* NVIDIA character devices: major 195; minors 0-253 are GPUs. */
+#define GB_CG_NVIDIA_MAJOR 195
+#define GB_CG_MAX_GPU_MINOR 253
+
+enum gb_cg_version { GB_CG_AUTO = 0, GB_CG_V1 = 1, GB_CG_V2 = 2 };
+
+struct gb_cg_config {
+	unsigned flags;          /* GB_CG_ISOLATE | GB_CG_CPUS (effective flags) */
+	int version;             /* GB_CG_AUTO, or forced (tests, admins) */
+	uint32_t job_id;         /* names the plugin's cgroups */
+	uint32_t step_id;
+	int ntasks;              /* local tasks (local ids 0..ntasks-1) */
+	const int *step_minors;  /* minor of every step GPU ("gpu" lines) */
+	int nstep_minors;
+	int mig;                 /* the plan holds MIG devices */
+	const char *mountinfo;   /* NULL: /proc/self/mountinfo */
+};
+
+struct gb_cg;
+
+/* Before fork. On success *out holds the state (free with gb_cg_fini). */
+int gb_cg_prepare(struct gb_cg **out, const struct gb_cg_config *cfg,
+		  char *err, size_t errlen);
+
+/*
+ * Task local_id with process pid: allow only the GPU minors given (isolate)
+ * and narrow the cpuset to cpus/mems (cpus flag; NULL keeps that part).
+ * Every minor must be one of the step's.
+ */
+int gb_cg_apply(struct gb_cg *cg, int local_id, pid_t pid, const int *minors,
+		int nminors, const cpu_set_t *cpus, const cpu_set_t *mems,
+		char *err, size_t errlen);
+
+/*
+ * In the task child (slurm_spank_task_init, before exec): the GPU minors its
+ * isolate cgroup allows, in the order apply was given them, read from the
+ * cgroup's name in /proc/self/cgroup. The parent decided them in
+ * task_post_fork after this child was forked, so this is how the child's
+ * CUDA_VISIBLE_DEVICES is made to match. Returns the count, or -1 when the
+ * process is in no isolate cgroup of the plugin. No allocation.
+ */
+int gb_cg_self_minors(int *minors, int max);
+
+/* After the task ended: remove its cgroups (an EBUSY one is kept for fini). */
+int gb_cg_task_exit(struct gb_cg *cg, int local_id, char *err, size_t errlen);
+
+/* Last call: clean up what is left, close descriptors, free cg (may be NULL). */
+int gb_cg_fini(struct gb_cg *cg, char *err, size_t errlen);
+
+/* "cgroup v1 (devices at /sys/fs/cgroup/devices, cpuset at ...)" */
+const char *gb_cg_describe(const struct gb_cg *cg);
+
+/* Where apply put task local_id ("" before apply); for logs and tests. */
+const char *gb_cg_task_path(const struct gb_cg *cg, int local_id);
+
+#endif

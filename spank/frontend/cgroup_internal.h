@@ -1,0 +1,99 @@
+/*
+ * Shared between cgroup_common.c, cgroup_v1.c and cgroup_v2.c. Not part of
+ * the front end's API (cgroup.h is).
+ */
+#ifndef GPUBIND_CGROUP_INTERNAL_H
+#define GPUBIND_CGROUP_INTERNAL_H
+
+#include "cgroup.h"
+
+#include <stdarg.h>
+
+#define GB_CG_PATHLEN 1024
+#define GB_CG_NMINORS (GB_CG_MAX_GPU_MINOR + 1)
+
+/* One mounted hierarchy: mount point and the hierarchy path it shows. */
+struct gb_cg_mount {
+	int found;
+	char dir[GB_CG_PATHLEN];
+	char root[GB_CG_PATHLEN];
+};
+
+struct gb_cg_task {
+	int applied;
+	/* v1: the plugin's cgroups in the devices and cpuset hierarchies. */
+	char dev_dir[GB_CG_PATHLEN];
+	char cpuset_dir[GB_CG_PATHLEN];
+	/* v2: the plugin's cgroup and the one Slurm put the task in. */
+	char v2_dir[GB_CG_PATHLEN];
+	char v2_parent[GB_CG_PATHLEN];
+	/* v2: descriptors opened by prepare (before fork). */
+	int prog_fd;    /* the task's device program */
+	int minors_fd;  /* array map: minor -> 1 if allowed */
+	int tail_fd;    /* prog array: [0] = the program that decides the rest */
+	/*
+	 * v2, Slurm had an exclusive (flags=0) program on the task's own
+	 * cgroup: ours replaced it; put it back (by id) at cleanup.
+	 */
+	int replaced;
+	uint32_t replaced_id;
+	int cleanup_pending;
+};
+
+struct gb_cg {
+	int version;  /* GB_CG_V1 or GB_CG_V2 (the device/cpuset backend) */
+	unsigned flags;
+	uint32_t job_id, step_id;
+	long stepd_pid;  /* in names: several slurmds on one host reuse job ids */
+	int ntasks;
+	int mig;
+	unsigned char step_minor[GB_CG_NMINORS];
+	struct gb_cg_mount devices, cpuset, unified;
+	int allow_fd;  /* v2: "allow everything" program, tail-call target */
+	char describe[3 * GB_CG_PATHLEN];
+	struct gb_cg_task *tasks;
+};
+
+/* cgroup_common.c */
+int gb_cg_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+int gb_cg_write_file(const char *path, const char *text, char *err,
+		     size_t errlen);
+int gb_cg_read_file(const char *path, char *buf, size_t len, char *err,
+		    size_t errlen);
+int gb_cg_join(char *buf, size_t len, const char *a, const char *b,
+	       char *err, size_t errlen);
+/* Where pid sits in hierarchy m ("0::" line when ctrl is NULL), as a path. */
+int gb_cg_pid_dir(pid_t pid, const struct gb_cg_mount *m, const char *ctrl,
+		  char *dir, size_t len, char *err, size_t errlen);
+int gb_cg_mkdir_fresh(const char *dir, char *err, size_t errlen);
+int gb_cg_rmdir(const char *dir, char *err, size_t errlen);
+int gb_cg_move_pid(const char *dir, pid_t pid, char *err, size_t errlen);
+/* gpubind_jJOB_sSTEP_pPID_tTASK[_mMINOR.MINOR...|_mnone] (isolate adds _m). */
+int gb_cg_task_name(const struct gb_cg *cg, int local_id, const int *minors,
+		    int nminors, char *buf, size_t len);
+/* Parse/format CPU lists ("0-3,8"); "" and "-" are empty. */
+int gb_cg_parse_list(const char *s, cpu_set_t *set);
+void gb_cg_format_list(const cpu_set_t *set, char *buf, size_t len);
+/* Child cpuset = want & parent's (both files named by the caller). */
+int gb_cg_narrow_cpuset(const char *dir, const char *parent_cpus_file,
+			const char *parent_mems_file, const cpu_set_t *cpus,
+			const cpu_set_t *mems, char *err, size_t errlen);
+
+/* cgroup_v1.c */
+int gb_cg_v1_apply(struct gb_cg *cg, struct gb_cg_task *t, const char *name,
+		   pid_t pid, const unsigned char *allow, const cpu_set_t *cpus,
+		   const cpu_set_t *mems, char *err, size_t errlen);
+int gb_cg_v1_cleanup(struct gb_cg *cg, struct gb_cg_task *t, char *err,
+		     size_t errlen);
+
+/* cgroup_v2.c */
+int gb_cg_v2_prepare(struct gb_cg *cg, char *err, size_t errlen);
+int gb_cg_v2_apply(struct gb_cg *cg, struct gb_cg_task *t, int local_id,
+		   const char *name, pid_t pid, const unsigned char *allow, const cpu_set_t *cpus,
+		   const cpu_set_t *mems, char *err, size_t errlen);
+int gb_cg_v2_cleanup(struct gb_cg *cg, struct gb_cg_task *t, char *err,
+		     size_t errlen);
+void gb_cg_v2_close(struct gb_cg *cg);
+
+#endif

@@ -1,0 +1,137 @@
+/*
+ * cgroup v1 backend: a child of the task's current devices cgroup with
+ * "c 195:N rwm" denied for every GPU minor but the task's own, and a child
+ * of its current cpuset cgroup with narrowed cpus/mems.
+ *
+ * A v1 child starts with a copy of its parent's device rules, and a deny
+ * only removes access, so nvidiactl, nvidia-uvm, nvidia-caps and every
+ * other device keep exactly the parent's (Slurm's) rule. A cpuset child
+ * must get cpus and mems before a task can move in (ENOSPC otherwise).
+ */
+#include "cgroup_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static int deny_minors(const char *dir, const unsigned char *allow, char *err,
+		       size_t errlen)
+{
+	char path[GB_CG_PATHLEN + 16], rule[32];
+	int fd, m, rc;
+
+	rc = gb_cg_join(path, sizeof(path), dir, "devices.deny", err, errlen);
+	if (rc)
+		return rc;
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return gb_cg_errf(err, errlen, GB_CG_ERROR, "open %s: %s",
+				  path, strerror(errno));
+	/* One rule per write(2): the kernel parses each write as one rule. */
+	for (m = 0; m <= GB_CG_MAX_GPU_MINOR; m++) {
+		int n;
+
+		if (allow[m])
+			continue;
+		n = snprintf(rule, sizeof(rule), "c %d:%d rwm",
+			     GB_CG_NVIDIA_MAJOR, m);
+		if (write(fd, rule, (size_t)n) != n) {
+			int e = errno;
+			close(fd);
+			return gb_cg_errf(err, errlen, GB_CG_ERROR,
+					  "write \"%s\" to %s: %s", rule, path,
+					  strerror(e));
+		}
+	}
+	if (close(fd) < 0)
+		return gb_cg_errf(err, errlen, GB_CG_ERROR, "close %s: %s",
+				  path, strerror(errno));
+	return GB_CG_OK;
+}
+
+int gb_cg_v1_apply(struct gb_cg *cg, struct gb_cg_task *t, const char *name,
+		   pid_t pid, const unsigned char *allow, const cpu_set_t *cpus,
+		   const cpu_set_t *mems, char *err, size_t errlen)
+{
+	char parent[GB_CG_PATHLEN], pc[GB_CG_PATHLEN + 32],
+		pm[GB_CG_PATHLEN + 32];
+	int rc;
+
+	if (cg->flags & GB_CG_ISOLATE) {
+		rc = gb_cg_pid_dir(pid, &cg->devices, "devices", parent,
+				   sizeof(parent), err, errlen);
+		if (rc)
+			return rc;
+		rc = gb_cg_join(t->dev_dir, sizeof(t->dev_dir), parent, name,
+				err, errlen);
+		if (rc)
+			return rc;
+		rc = gb_cg_mkdir_fresh(t->dev_dir, err, errlen);
+		if (rc) {
+			t->dev_dir[0] = '\0';
+			return rc;
+		}
+		t->applied = 1;
+		rc = deny_minors(t->dev_dir, allow, err, errlen);
+		if (rc)
+			return rc;
+		rc = gb_cg_move_pid(t->dev_dir, pid, err, errlen);
+		if (rc)
+			return rc;
+	}
+	if (!cpus && !mems)
+		return GB_CG_OK;
+	if (!cg->cpuset.found)
+		return gb_cg_errf(err, errlen, GB_CG_UNSUPPORTED,
+				  "cpus: no cgroup v1 cpuset hierarchy is "
+				  "mounted; CPUs not narrowed by cgroup");
+	rc = gb_cg_pid_dir(pid, &cg->cpuset, "cpuset", parent, sizeof(parent),
+			   err, errlen);
+	if (rc)
+		return rc;
+	if ((rc = gb_cg_join(pc, sizeof(pc), parent, "cpuset.cpus", err,
+			     errlen)) ||
+	    (rc = gb_cg_join(pm, sizeof(pm), parent, "cpuset.mems", err,
+			     errlen)) ||
+	    (rc = gb_cg_join(t->cpuset_dir, sizeof(t->cpuset_dir), parent,
+			     name, err, errlen)))
+		return rc;
+	rc = gb_cg_mkdir_fresh(t->cpuset_dir, err, errlen);
+	if (rc) {
+		t->cpuset_dir[0] = '\0';
+		return rc;
+	}
+	t->applied = 1;
+	rc = gb_cg_narrow_cpuset(t->cpuset_dir, pc, pm, cpus, mems, err,
+				 errlen);
+	if (rc)
+		return rc;
+	return gb_cg_move_pid(t->cpuset_dir, pid, err, errlen);
+}
+
+int gb_cg_v1_cleanup(struct gb_cg *cg, struct gb_cg_task *t, char *err,
+		     size_t errlen)
+{
+	int rc = GB_CG_OK;
+
+	(void)cg;
+	if (t->dev_dir[0]) {
+		if (gb_cg_rmdir(t->dev_dir, err, errlen) == GB_CG_OK)
+			t->dev_dir[0] = '\0';
+		else
+			rc = GB_CG_ERROR;
+	}
+	if (t->cpuset_dir[0]) {
+		char e2[512];
+		if (gb_cg_rmdir(t->cpuset_dir, e2, sizeof(e2)) == GB_CG_OK) {
+			t->cpuset_dir[0] = '\0';
+		} else {
+			if (rc == GB_CG_OK && err && errlen)
+				snprintf(err, errlen, "%s", e2);
+			rc = GB_CG_ERROR;
+		}
+	}
+	return rc;
+}

@@ -1,0 +1,98 @@
+/*
+ * spank_gpubind.so: the C front end of the gpubind SPANK plugin.
+ *
+ * File map (split by context, like NVIDIA/pyxis):
+ *   plugin.c  SPANK_PLUGIN, option registration, callback dispatch
+ *   args.c    plugstack.conf arguments and option precedence
+ *   local.c   srun/sbatch/salloc: option callback, early check, `help`
+ *   stepd.c   slurmstepd: request, plan, per-task application
+ *   child.c   the short-lived engine child (fork, rlimits, pipe, reap)
+ *   table.c   decision table parser and the per-task rule (no Slurm)
+ *   log.c     "gpubind: " logging helpers
+ * No Go runtime ever runs in the process that loads this file (DESIGN.md 3).
+ */
+#ifndef GPUBIND_FRONTEND_H
+#define GPUBIND_FRONTEND_H
+
+#include <slurm/spank.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#define GB_PREFIX "gpubind: "
+#define GB_OPTION_NAME "gpu-bind-topo"
+#define GB_ENV_OPTION "SLURM_GPU_BIND_TOPO"
+#define GB_ENGINE_NAME "gpubind_engine.so"
+#define GB_DEFAULT_TIMEOUT_MS 10000
+
+/* plugstack.conf arguments (args.c). */
+struct gb_config {
+	char default_opt[256];   /* "" means off */
+	int mode_optional;
+	char source[16];         /* auto|nvml|sysfs|snapshot */
+	char snapshot[1024];
+	char root[1024];
+	char engine[1024];       /* "" means next to the plugin */
+	char cache_dir[1024];
+	char gres_conf[1024];
+	int timeout_ms;
+	char force[64];          /* comma list: isolate,cpus */
+	char never[64];
+};
+
+extern struct gb_config gb_conf;
+
+/* The user's option as seen by the option callback (plugin.c). */
+extern int gb_opt_set;
+extern char gb_opt_value[1024];
+
+int gb_config_parse(int ac, char **av, struct gb_config *c, char *err,
+		    size_t errlen);
+
+/*
+ * Effective option text after precedence: the user's option (bare means
+ * "closest"), else SLURM_GPU_BIND_TOPO (env_value, may be NULL), else the
+ * admin's default, else "off". Returns 1 when binding is wanted (buf holds
+ * the text), 0 for off.
+ */
+int gb_effective_option(const char *env_value, char *buf, size_t len);
+int gb_option_is_off(const char *text);
+
+/* log.c: all lines carry the fixed prefix; user text only through "%s". */
+void gb_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void gb_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void gb_verbose(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void gb_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* To the user's terminal (srun) through slurm_spank_log. */
+void gb_user(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A failed spank_* call, with its error named. */
+void gb_spank_error(const char *call, const char *what, spank_err_t rc);
+long gb_now_us(void);
+
+/* local.c */
+int gb_local_option_cb(const char *optarg);
+int gb_local_init_post_opt(spank_t sp);
+
+/* stepd.c */
+int gb_stepd_init_post_opt(spank_t sp);
+int gb_stepd_task_init(spank_t sp);
+void gb_stepd_exit(void);
+struct gb_table;
+const struct gb_table *gb_stepd_plan(void);
+
+/* child.c */
+struct gb_child_result {
+	char *out;          /* malloc'd engine output */
+	size_t outlen;
+	int timed_out;
+	int killed;         /* the parent SIGKILLed it */
+	int exited;         /* status below is valid */
+	int status;         /* waitpid status */
+	int reaped_elsewhere;
+};
+int gb_run_engine(const char *engine, const char *request, int timeout_ms,
+		  struct gb_child_result *res, char *err, size_t errlen);
+
+/* Default engine path: GB_ENGINE_NAME next to this plugin (dladdr). */
+int gb_engine_path(char *buf, size_t len);
+
+#endif

@@ -1,0 +1,74 @@
+/*
+ * Logging with the fixed "gpubind: " prefix. Callers format into a local
+ * buffer; Slurm only ever sees "%s", so user text is never a format.
+ */
+#include "gpubind.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <time.h>
+
+#define GB_LOGBUF 4096
+
+#define GB_FORMAT(buf, fmt)                                              \
+	do {                                                             \
+		va_list ap;                                              \
+		va_start(ap, fmt);                                       \
+		(void) vsnprintf(buf, sizeof(buf), fmt, ap);             \
+		va_end(ap);                                              \
+	} while (0)
+
+void gb_error(const char *fmt, ...)
+{
+	char buf[GB_LOGBUF];
+
+	GB_FORMAT(buf, fmt);
+	slurm_error("%s%s", GB_PREFIX, buf);
+}
+
+void gb_info(const char *fmt, ...)
+{
+	char buf[GB_LOGBUF];
+
+	GB_FORMAT(buf, fmt);
+	slurm_info("%s%s", GB_PREFIX, buf);
+}
+
+void gb_verbose(const char *fmt, ...)
+{
+	char buf[GB_LOGBUF];
+
+	GB_FORMAT(buf, fmt);
+	slurm_verbose("%s%s", GB_PREFIX, buf);
+}
+
+void gb_debug(const char *fmt, ...)
+{
+	char buf[GB_LOGBUF];
+
+	GB_FORMAT(buf, fmt);
+	slurm_debug("%s%s", GB_PREFIX, buf);
+}
+
+void gb_user(const char *fmt, ...)
+{
+	char buf[GB_LOGBUF];
+
+	GB_FORMAT(buf, fmt);
+	slurm_spank_log("%s%s", GB_PREFIX, buf);
+}
+
+void gb_spank_error(const char *call, const char *what, spank_err_t rc)
+{
+	slurm_error("%s%s(%s) failed: %s", GB_PREFIX, call, what,
+		    spank_strerror(rc));
+}
+
+long gb_now_us(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_MONOTONIC, &ts))
+		return 0;
+	return (long) ts.tv_sec * 1000000L + ts.tv_nsec / 1000;
+}

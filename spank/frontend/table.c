@@ -1,0 +1,892 @@
+/*
+ * Decision table parser and the per-task rule (PROTOCOL.md sections 2, 3).
+ * Plain C, no Slurm symbols: linked into the plugin and into
+ * tests/spankhost/rule_check.
+ */
+#include "table.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	(void) vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+/* Strict non-negative/negative decimal integer in [lo, hi]. */
+static int parse_int(const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	long v;
+
+	if (!s || !*s)
+		return -1;
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || *end || v < lo || v > hi)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+int gb_parse_cpulist(const char *s, cpu_set_t *set)
+{
+	const char *p = s;
+
+	CPU_ZERO(set);
+	if (!s || !*s)
+		return -1;
+	if (!strcmp(s, "-"))
+		return 0;
+	while (*p) {
+		char *end;
+		long a, b;
+
+		if (!isdigit((unsigned char) *p))
+			return -1;
+		errno = 0;
+		a = strtol(p, &end, 10);
+		if (errno || a < 0 || a >= CPU_SETSIZE)
+			return -1;
+		b = a;
+		p = end;
+		if (*p == '-') {
+			p++;
+			if (!isdigit((unsigned char) *p))
+				return -1;
+			b = strtol(p, &end, 10);
+			if (errno || b < a || b >= CPU_SETSIZE)
+				return -1;
+			p = end;
+		}
+		for (long c = a; c <= b; c++)
+			CPU_SET(c, set);
+		if (*p == ',') {
+			p++;
+			if (!*p)
+				return -1;
+		} else if (*p) {
+			return -1;
+		}
+	}
+	return 0;
+}
+
+void gb_format_cpulist(const cpu_set_t *set, char *buf, size_t len)
+{
+	size_t off = 0;
+	int first = 1;
+
+	if (!len)
+		return;
+	buf[0] = '\0';
+	for (int c = 0; c < CPU_SETSIZE; c++) {
+		int e = c;
+		int n;
+
+		if (!CPU_ISSET(c, set))
+			continue;
+		while (e + 1 < CPU_SETSIZE && CPU_ISSET(e + 1, set))
+			e++;
+		if (e == c)
+			n = snprintf(buf + off, len - off, "%s%d",
+				     first ? "" : ",", c);
+		else
+			n = snprintf(buf + off, len - off, "%s%d-%d",
+				     first ? "" : ",", c, e);
+		if (n < 0 || (size_t) n >= len - off) {
+			buf[off] = '\0';
+			return;
+		}
+		off += n;
+		first = 0;
+		c = e;
+	}
+	if (first)
+		(void) snprintf(buf, len, "-");
+}
+
+/* Comma list of GPU ids or "-" into a malloc'd array (NULL, 0 for "-"). */
+static int parse_idlist(const char *s, int **ids, int *n)
+{
+	int cap = 1, cnt = 0;
+	const char *p;
+	int *v;
+
+	*ids = NULL;
+	*n = 0;
+	if (!strcmp(s, "-"))
+		return 0;
+	for (p = s; *p; p++)
+		if (*p == ',')
+			cap++;
+	v = calloc(cap, sizeof(*v));
+	if (!v)
+		return -1;
+	p = s;
+	while (*p) {
+		char num[16];
+		size_t l = strcspn(p, ",");
+		long x;
+
+		if (l == 0 || l >= sizeof(num))
+			goto bad;
+		memcpy(num, p, l);
+		num[l] = '\0';
+		if (parse_int(num, 0, INT_MAX, &x))
+			goto bad;
+		v[cnt++] = (int) x;
+		p += l;
+		if (*p == ',') {
+			p++;
+			if (!*p)
+				goto bad;
+		}
+	}
+	*ids = v;
+	*n = cnt;
+	return 0;
+bad:
+	free(v);
+	return -1;
+}
+
+static int parse_flags(const char *s, unsigned *flags)
+{
+	const char *p = s;
+
+	*flags = 0;
+	if (!strcmp(s, "-"))
+		return 0;
+	while (*p) {
+		size_t l = strcspn(p, ",");
+
+		if (l == 7 && !strncmp(p, "verbose", l))
+			*flags |= GB_FLAG_VERBOSE;
+		else if (l == 3 && !strncmp(p, "nic", l))
+			*flags |= GB_FLAG_NIC;
+		else if (l == 4 && !strncmp(p, "cpus", l))
+			*flags |= GB_FLAG_CPUS;
+		else if (l == 7 && !strncmp(p, "isolate", l))
+			*flags |= GB_FLAG_ISOLATE;
+		else
+			return -1;
+		p += l;
+		if (*p == ',')
+			p++;
+	}
+	return 0;
+}
+
+const char *gb_flags_string(unsigned flags, char *buf, size_t len)
+{
+	static const struct {
+		unsigned f;
+		const char *n;
+	} names[] = {
+		{ GB_FLAG_VERBOSE, "verbose" }, { GB_FLAG_NIC, "nic" },
+		{ GB_FLAG_CPUS, "cpus" }, { GB_FLAG_ISOLATE, "isolate" },
+	};
+	size_t off = 0;
+
+	if (!len)
+		return buf;
+	buf[0] = '\0';
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		int n;
+
+		if (!(flags & names[i].f))
+			continue;
+		n = snprintf(buf + off, len - off, "%s%s", off ? "," : "",
+			     names[i].n);
+		if (n < 0 || (size_t) n >= len - off)
+			break;
+		off += n;
+	}
+	if (!off)
+		(void) snprintf(buf, len, "-");
+	return buf;
+}
+
+/* Split line in place into at most max fields at single spaces. */
+static int split(char *line, char **f, int max)
+{
+	int n = 0;
+	char *p = line;
+
+	while (n < max) {
+		f[n++] = p;
+		p = strchr(p, ' ');
+		if (!p)
+			break;
+		*p++ = '\0';
+	}
+	return p ? -1 : n;
+}
+
+static int copy_field(char *dst, size_t len, const char *src)
+{
+	if (!strcmp(src, "-"))
+		src = "";
+	if (strlen(src) >= len)
+		return -1;
+	strcpy(dst, src);
+	return 0;
+}
+
+struct pending_numagpus {
+	int node;
+	int *ids;
+	int n;
+};
+
+void gb_table_free(struct gb_table *t)
+{
+	if (!t)
+		return;
+	for (int i = 0; i < t->nmessages; i++)
+		free(t->messages[i]);
+	free(t->messages);
+	for (int i = 0; i < t->nnuma; i++)
+		free(t->numa[i].gpus);
+	free(t->numa);
+	free(t->gpus);
+	free(t->fallback);
+	if (t->tasks)
+		for (int i = 0; i < t->ntasks; i++)
+			free(t->tasks[i].gpus);
+	free(t->tasks);
+	memset(t, 0, sizeof(*t));
+}
+
+static int check_ids(const int *ids, int n, int ngpus)
+{
+	for (int i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= ngpus)
+			return ids[i];
+	return -1;
+}
+
+int gb_table_parse(const char *text, size_t len, struct gb_table *t,
+		   char *err, size_t errlen)
+{
+	char *buf = NULL, *p, *next;
+	int lineno = 0, have_status = 0, have_rule = 0, have_ntasks = 0;
+	int ended = 0, ngpus_cap = 0, nnuma_cap = 0, nmsg_cap = 0;
+	struct pending_numagpus *ng = NULL;
+	int nng = 0, ng_cap = 0;
+	int rc = -1;
+
+	memset(t, 0, sizeof(*t));
+	t->share = 1;
+	t->per_task = 1;
+	if (len > GB_TABLE_MAX_BYTES) {
+		seterr(err, errlen, "plan is %zu bytes, more than the limit of %d",
+		       len, GB_TABLE_MAX_BYTES);
+		return -1;
+	}
+	if (len == 0) {
+		seterr(err, errlen, "plan is empty (the engine wrote nothing)");
+		return -1;
+	}
+	if (memchr(text, '\0', len)) {
+		seterr(err, errlen, "plan holds a NUL byte");
+		return -1;
+	}
+	buf = malloc(len + 1);
+	if (!buf) {
+		seterr(err, errlen, "out of memory");
+		return -1;
+	}
+	memcpy(buf, text, len);
+	buf[len] = '\0';
+
+	for (p = buf; *p; p = next) {
+		char *f[10];
+		char *nl = strchr(p, '\n');
+		int nf;
+		long v;
+
+		if (!nl) {
+			seterr(err, errlen,
+			       "plan truncated: line %d has no newline",
+			       lineno + 1);
+			goto out;
+		}
+		*nl = '\0';
+		next = nl + 1;
+		if (ended) {
+			seterr(err, errlen, "plan has data after its end line");
+			goto out;
+		}
+		if (nl - p > GB_TABLE_MAX_LINE) {
+			seterr(err, errlen, "plan line %d is longer than %d bytes",
+			       lineno + 1, GB_TABLE_MAX_LINE);
+			goto out;
+		}
+		lineno++;
+		if (lineno == 1) {
+			if (strcmp(p, "gpubind-plan 1")) {
+				seterr(err, errlen,
+				       "plan line 1 is not \"gpubind-plan 1\"");
+				goto out;
+			}
+			continue;
+		}
+		if (!strncmp(p, "message ", 8) || !strcmp(p, "message")) {
+			if (t->nmessages == nmsg_cap) {
+				int c = nmsg_cap ? 2 * nmsg_cap : 4;
+				char **m = realloc(t->messages, c * sizeof(*m));
+
+				if (!m)
+					goto oom;
+				t->messages = m;
+				nmsg_cap = c;
+			}
+			t->messages[t->nmessages] = strdup(p[7] ? p + 8 : "");
+			if (!t->messages[t->nmessages])
+				goto oom;
+			t->nmessages++;
+			continue;
+		}
+		nf = split(p, f, 10);
+		if (nf < 0)
+			goto badline;
+		if (!strcmp(f[0], "end") && nf == 2) {
+			if (parse_int(f[1], 0, INT_MAX, &v) || v != lineno - 1) {
+				seterr(err, errlen,
+				       "plan truncated or corrupt: end line says %s lines, %d were read",
+				       f[1], lineno - 1);
+				goto out;
+			}
+			ended = 1;
+		} else if (!strcmp(f[0], "status") && nf == 2) {
+			if (!strcmp(f[1], "ok"))
+				t->status = GB_STATUS_OK;
+			else if (!strcmp(f[1], "warn"))
+				t->status = GB_STATUS_WARN;
+			else if (!strcmp(f[1], "error"))
+				t->status = GB_STATUS_ERROR;
+			else
+				goto badline;
+			have_status = 1;
+		} else if (!strcmp(f[0], "mode") && nf == 2) {
+			if (!strcmp(f[1], "enforce"))
+				t->mode_optional = 0;
+			else if (!strcmp(f[1], "optional"))
+				t->mode_optional = 1;
+			else
+				goto badline;
+		} else if (!strcmp(f[0], "flags") && nf == 2) {
+			if (parse_flags(f[1], &t->flags))
+				goto badline;
+		} else if (!strcmp(f[0], "rule") && nf == 2) {
+			if (!strcmp(f[1], "table"))
+				t->rule = GB_RULE_TABLE;
+			else if (!strcmp(f[1], "numa"))
+				t->rule = GB_RULE_NUMA;
+			else
+				goto badline;
+			have_rule = 1;
+		} else if (!strcmp(f[0], "share") && nf == 2) {
+			if (parse_int(f[1], 1, 1 << 20, &v))
+				goto badline;
+			t->share = (int) v;
+		} else if (!strcmp(f[0], "per_task") && nf == 2) {
+			if (parse_int(f[1], 1, GB_MAX_PER_TASK, &v))
+				goto badline;
+			t->per_task = (int) v;
+		} else if (!strcmp(f[0], "ntasks") && nf == 2) {
+			if (have_ntasks || parse_int(f[1], 0, 1 << 20, &v))
+				goto badline;
+			t->ntasks = (int) v;
+			t->tasks = calloc(v ? v : 1, sizeof(*t->tasks));
+			if (!t->tasks)
+				goto oom;
+			have_ntasks = 1;
+		} else if (!strcmp(f[0], "numa") && nf == 3) {
+			struct gb_numa *n;
+
+			if (parse_int(f[1], 0, 1 << 16, &v))
+				goto badline;
+			for (int i = 0; i < t->nnuma; i++)
+				if (t->numa[i].node == v)
+					goto badline;
+			if (t->nnuma == nnuma_cap) {
+				int c = nnuma_cap ? 2 * nnuma_cap : 4;
+
+				n = realloc(t->numa, c * sizeof(*n));
+				if (!n)
+					goto oom;
+				t->numa = n;
+				nnuma_cap = c;
+			}
+			n = &t->numa[t->nnuma];
+			memset(n, 0, sizeof(*n));
+			n->node = (int) v;
+			if (gb_parse_cpulist(f[2], &n->cpus))
+				goto badline;
+			CPU_OR(&t->node_cpus, &t->node_cpus, &n->cpus);
+			t->nnuma++;
+		} else if (!strcmp(f[0], "gpu") && nf == 9) {
+			struct gb_gpu *g;
+
+			if (parse_int(f[1], 0, 1 << 16, &v) || v != t->ngpus)
+				goto badline;
+			if (t->ngpus == ngpus_cap) {
+				int c = ngpus_cap ? 2 * ngpus_cap : 8;
+
+				g = realloc(t->gpus, c * sizeof(*g));
+				if (!g)
+					goto oom;
+				t->gpus = g;
+				ngpus_cap = c;
+			}
+			g = &t->gpus[t->ngpus];
+			memset(g, 0, sizeof(*g));
+			if (!strcmp(f[2], "-") ||
+			    copy_field(g->visible, sizeof(g->visible), f[2]))
+				goto badline;
+			if (parse_int(f[3], -1, INT_MAX, &v))
+				goto badline;
+			g->nvml = (int) v;
+			if (parse_int(f[4], -1, INT_MAX, &v))
+				goto badline;
+			g->minor = (int) v;
+			if (copy_field(g->busid, sizeof(g->busid), f[5]) ||
+			    copy_field(g->uuid, sizeof(g->uuid), f[6]))
+				goto badline;
+			if (parse_int(f[7], -1, 1 << 16, &v))
+				goto badline;
+			g->numa = (int) v;
+			if (copy_field(g->nic, sizeof(g->nic), f[8]))
+				goto badline;
+			t->ngpus++;
+		} else if (!strcmp(f[0], "numagpus") && nf == 3) {
+			if (nng == ng_cap) {
+				int c = ng_cap ? 2 * ng_cap : 4;
+				struct pending_numagpus *x =
+					realloc(ng, c * sizeof(*x));
+
+				if (!x)
+					goto oom;
+				ng = x;
+				ng_cap = c;
+			}
+			if (parse_int(f[1], 0, 1 << 16, &v))
+				goto badline;
+			ng[nng].node = (int) v;
+			if (parse_idlist(f[2], &ng[nng].ids, &ng[nng].n))
+				goto badline;
+			nng++;
+		} else if (!strcmp(f[0], "fallback") && nf == 2) {
+			free(t->fallback);
+			if (parse_idlist(f[1], &t->fallback, &t->nfallback))
+				goto badline;
+		} else if (!strcmp(f[0], "task") && nf == 4) {
+			struct gb_task *tk;
+
+			if (!have_ntasks || parse_int(f[1], 0, INT_MAX, &v) ||
+			    v >= t->ntasks || t->tasks[v].seen)
+				goto badline;
+			tk = &t->tasks[v];
+			tk->seen = 1;
+			if (parse_idlist(f[2], &tk->gpus, &tk->ngpus))
+				goto badline;
+			if (strcmp(f[3], "-")) {
+				if (gb_parse_cpulist(f[3], &tk->cpus))
+					goto badline;
+				tk->has_cpus = 1;
+			}
+		} else {
+			goto badline;
+		}
+	}
+	if (!ended) {
+		seterr(err, errlen,
+		       "plan truncated: no end line after %d lines", lineno);
+		goto out;
+	}
+	if (!have_status) {
+		seterr(err, errlen, "plan has no status line");
+		goto out;
+	}
+	if (t->status == GB_STATUS_ERROR) {
+		rc = 0;
+		goto out;
+	}
+	if (!have_rule || !have_ntasks) {
+		seterr(err, errlen, "plan lacks its %s line",
+		       !have_rule ? "rule" : "ntasks");
+		goto out;
+	}
+	for (int i = 0; i < nng; i++) {
+		struct gb_numa *n = NULL;
+		int bad;
+
+		for (int j = 0; j < t->nnuma; j++)
+			if (t->numa[j].node == ng[i].node)
+				n = &t->numa[j];
+		if (!n || n->gpus) {
+			seterr(err, errlen,
+			       "plan: numagpus line for NUMA node %d %s",
+			       ng[i].node, n ? "repeats" : "has no numa line");
+			goto out;
+		}
+		if ((bad = check_ids(ng[i].ids, ng[i].n, t->ngpus)) >= 0) {
+			seterr(err, errlen,
+			       "plan: numagpus %d names GPU %d, not in the %d gpu lines",
+			       ng[i].node, bad, t->ngpus);
+			goto out;
+		}
+		n->gpus = ng[i].ids;
+		n->ngpus = ng[i].n;
+		ng[i].ids = NULL;
+	}
+	if (check_ids(t->fallback, t->nfallback, t->ngpus) >= 0) {
+		seterr(err, errlen, "plan: fallback names a GPU without gpu line");
+		goto out;
+	}
+	for (int i = 0; i < t->ntasks; i++) {
+		int bad;
+
+		if (!t->tasks[i].seen) {
+			seterr(err, errlen, "plan has no line for task %d of %d",
+			       i, t->ntasks);
+			goto out;
+		}
+		if (t->tasks[i].ngpus > GB_MAX_PER_TASK) {
+			seterr(err, errlen,
+			       "plan: task %d has %d GPUs (expected 0..%d)", i,
+			       t->tasks[i].ngpus, GB_MAX_PER_TASK);
+			goto out;
+		}
+		if ((bad = check_ids(t->tasks[i].gpus, t->tasks[i].ngpus,
+				     t->ngpus)) >= 0) {
+			seterr(err, errlen,
+			       "plan: task %d names GPU %d, not in the %d gpu lines",
+			       i, bad, t->ngpus);
+			goto out;
+		}
+	}
+	rc = 0;
+	goto out;
+
+badline:
+	seterr(err, errlen, "plan line %d is malformed (starts with \"%.32s\")",
+	       lineno, p);
+	goto out;
+oom:
+	seterr(err, errlen, "out of memory while reading the plan");
+out:
+	for (int i = 0; i < nng; i++)
+		free(ng[i].ids);
+	free(ng);
+	free(buf);
+	if (rc)
+		gb_table_free(t);
+	return rc;
+}
+
+/* ---- per-task rule ------------------------------------------------------ */
+
+/* One hex mask ("0x3", "F0") into set. */
+static int parse_mask(const char *s, size_t l, cpu_set_t *set)
+{
+	int bit = 0;
+
+	CPU_ZERO(set);
+	if (l >= 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+		s += 2;
+		l -= 2;
+	}
+	if (l == 0)
+		return -1;
+	for (size_t i = l; i-- > 0; bit += 4) {
+		int d;
+		char c = s[i];
+
+		if (c >= '0' && c <= '9')
+			d = c - '0';
+		else if (c >= 'a' && c <= 'f')
+			d = c - 'a' + 10;
+		else if (c >= 'A' && c <= 'F')
+			d = c - 'A' + 10;
+		else
+			return -1;
+		for (int b = 0; b < 4; b++) {
+			if (!(d & (1 << b)))
+				continue;
+			if (bit + b >= CPU_SETSIZE)
+				return -1;
+			CPU_SET(bit + b, set);
+		}
+	}
+	return 0;
+}
+
+/* One map_cpu entry: a decimal CPU id (as gpubind.CPUBindMasks). */
+static int parse_cpuid(const char *s, size_t l, cpu_set_t *set)
+{
+	char num[32];
+	long v;
+
+	if (l == 0 || l >= sizeof(num))
+		return -1;
+	memcpy(num, s, l);
+	num[l] = '\0';
+	if (parse_int(num, 0, CPU_SETSIZE - 1, &v))
+		return -1;
+	CPU_ZERO(set);
+	CPU_SET(v, set);
+	return 0;
+}
+
+/*
+ * The mask of local task idx from SLURM_CPU_BIND_LIST (PROTOCOL.md 3.4):
+ * entry idx of the comma list; an entry that does not parse, or is empty,
+ * counts as no entry, and so does an index past the list's end. Returns 1
+ * with set filled, 0 for no entry.
+ */
+static int bind_entry(const char *list, int is_map, int idx, cpu_set_t *set)
+{
+	const char *p = list;
+	int pos = 0;
+
+	if (!list || !*list || idx < 0)
+		return 0;
+	for (;;) {
+		size_t l = strcspn(p, ",");
+
+		if (pos == idx) {
+			if ((is_map ? parse_cpuid(p, l, set)
+				    : parse_mask(p, l, set)) ||
+			    CPU_COUNT(set) == 0)
+				return 0;
+			return 1;
+		}
+		if (!p[l])
+			return 0;
+		p += l + 1;
+		pos++;
+	}
+}
+
+/* NUMA node holding most CPUs of set (ties: lowest id); -1 if none. */
+static int numa_of(const struct gb_table *t, const cpu_set_t *set)
+{
+	int best = -1, bestcnt = 0;
+
+	for (int i = 0; i < t->nnuma; i++) {
+		cpu_set_t x;
+		int cnt;
+
+		CPU_AND(&x, set, &t->numa[i].cpus);
+		cnt = CPU_COUNT(&x);
+		if (cnt > bestcnt ||
+		    (cnt && cnt == bestcnt && t->numa[i].node < best)) {
+			best = t->numa[i].node;
+			bestcnt = cnt;
+		}
+	}
+	return best;
+}
+
+static const struct gb_numa *numa_by_node(const struct gb_table *t, int node)
+{
+	for (int i = 0; i < t->nnuma; i++)
+		if (t->numa[i].node == node)
+			return &t->numa[i];
+	return NULL;
+}
+
+static void add_gpu(struct gb_result *r, int id)
+{
+	for (int i = 0; i < r->ngpus; i++)
+		if (r->gpus[i] == id)
+			return;
+	if (r->ngpus < GB_MAX_PER_TASK)
+		r->gpus[r->ngpus++] = id;
+}
+
+int gb_rule_apply(const struct gb_table *t, int lid, const char *bind_type,
+		  const char *bind_list, const cpu_set_t *own,
+		  struct gb_result *r, char *err, size_t errlen)
+{
+	cpu_set_t mine;
+	int is_map = 0, have = 0, from_list = 0, k = 0, node;
+
+	CPU_ZERO(&mine);
+	const struct gb_numa *nn;
+	const int *cand;
+	int ncand, s;
+
+	memset(r, 0, sizeof(*r));
+	if (t->status == GB_STATUS_ERROR) {
+		seterr(err, errlen, "plan has status error");
+		return -1;
+	}
+	if (lid < 0 || lid >= t->ntasks) {
+		seterr(err, errlen, "task %d is not in the plan of %d tasks",
+		       lid, t->ntasks);
+		return -1;
+	}
+	if (t->rule == GB_RULE_NUMA) {
+		/* map_cpu: CPU ids; mask_cpu or no type: hex masks; others: none. */
+		if (bind_type && strstr(bind_type, "map_cpu"))
+			is_map = 1;
+		else if (bind_type && !strstr(bind_type, "mask_cpu"))
+			bind_list = NULL;
+		if (bind_entry(bind_list, is_map, lid, &mine)) {
+			have = 1;
+			from_list = 1;
+		} else if (own) {
+			cpu_set_t all;
+
+			CPU_AND(&all, own, &t->node_cpus);
+			if (!CPU_EQUAL(&all, &t->node_cpus)) {
+				mine = *own;
+				have = 1;
+			}
+		}
+	}
+	node = have ? numa_of(t, &mine) : -1;
+	if (node < 0) {
+		const struct gb_task *tk = &t->tasks[lid];
+
+		for (int i = 0; i < tk->ngpus; i++)
+			add_gpu(r, tk->gpus[i]);
+		r->by_table = 1;
+		if ((t->flags & GB_FLAG_CPUS) && tk->has_cpus) {
+			r->cpus = tk->cpus;
+			r->set_cpus = 1;
+		}
+		return 0;
+	}
+	if (from_list) {
+		for (int j = 0; j < lid; j++) {
+			cpu_set_t other;
+
+			if (bind_entry(bind_list, is_map, j, &other) &&
+			    numa_of(t, &other) == node)
+				k++;
+		}
+	} else {
+		k = lid;
+	}
+	nn = numa_by_node(t, node);
+	if (nn && nn->ngpus) {
+		cand = nn->gpus;
+		ncand = nn->ngpus;
+	} else {
+		cand = t->fallback;
+		ncand = t->nfallback;
+	}
+	/* No candidate: the task gets no GPU (the plan said so with a warning). */
+	s = (k / t->share) * t->per_task;
+	for (int i = 0; ncand && i < t->per_task; i++)
+		add_gpu(r, cand[(s + i) % ncand]);
+	return 0;
+}
+
+/* ---- output ------------------------------------------------------------- */
+
+struct sbuf {
+	char *p;
+	size_t len, off;
+	int bad;
+};
+
+static void sb_add(struct sbuf *b, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void sb_add(struct sbuf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (b->bad)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(b->p + b->off, b->len - b->off, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t) n >= b->len - b->off) {
+		b->bad = 1;
+		return;
+	}
+	b->off += n;
+}
+
+int gb_result_env(const struct gb_table *t, const struct gb_result *r,
+		  char *buf, size_t len)
+{
+	struct sbuf b = { buf, len, 0, 0 };
+	const struct gb_gpu *g0;
+
+	if (!len)
+		return -1;
+	buf[0] = '\0';
+	sb_add(&b, "CUDA_VISIBLE_DEVICES=");
+	for (int i = 0; i < r->ngpus; i++)
+		sb_add(&b, "%s%s", i ? "," : "", t->gpus[r->gpus[i]].visible);
+	sb_add(&b, "\nCUDA_DEVICE_ORDER=PCI_BUS_ID\nGPUBIND_GPUS=");
+	for (int i = 0; i < r->ngpus; i++)
+		sb_add(&b, "%s%d", i ? "," : "", t->gpus[r->gpus[i]].nvml);
+	sb_add(&b, "\nGPUBIND_PCI_BUS_IDS=");
+	for (int i = 0; i < r->ngpus; i++)
+		sb_add(&b, "%s%s", i ? "," : "", t->gpus[r->gpus[i]].busid);
+	sb_add(&b, "\nGPUBIND_UUIDS=");
+	for (int i = 0; i < r->ngpus; i++)
+		sb_add(&b, "%s%s", i ? "," : "", t->gpus[r->gpus[i]].uuid);
+	sb_add(&b, "\nGPUBIND_NUMA=");
+	for (int i = 0; i < r->ngpus; i++)
+		sb_add(&b, "%s%d", i ? "," : "", t->gpus[r->gpus[i]].numa);
+	sb_add(&b, "\n");
+	g0 = r->ngpus ? &t->gpus[r->gpus[0]] : NULL;
+	if ((t->flags & GB_FLAG_NIC) && g0 && g0->nic[0])
+		sb_add(&b, "NCCL_IB_HCA==%s:1\nUCX_NET_DEVICES=%s:1\n", g0->nic,
+		       g0->nic);
+	return b.bad ? -1 : 0;
+}
+
+int gb_result_logline(const struct gb_table *t, const struct gb_result *r,
+		      int lid, long rank, char *buf, size_t len)
+{
+	struct sbuf b = { buf, len, 0, 0 };
+
+	if (!len)
+		return -1;
+	buf[0] = '\0';
+	if (!r->ngpus) {
+		sb_add(&b, "task %d (rank %ld): no GPU", lid, rank);
+		return b.bad ? -1 : 0;
+	}
+	sb_add(&b, "task %d (rank %ld): CUDA_VISIBLE_DEVICES=", lid, rank);
+	for (int i = 0; i < r->ngpus; i++)
+		sb_add(&b, "%s%s", i ? "," : "", t->gpus[r->gpus[i]].visible);
+	sb_add(&b, " -> ");
+	for (int i = 0; i < r->ngpus; i++) {
+		const struct gb_gpu *g = &t->gpus[r->gpus[i]];
+
+		sb_add(&b, "%sGPU %d %s %s NUMA %d", i ? "; " : "", g->nvml,
+		       g->busid[0] ? g->busid : "-", g->uuid[0] ? g->uuid : "-",
+		       g->numa);
+		if ((t->flags & GB_FLAG_NIC) && g->nic[0])
+			sb_add(&b, " nic %s", g->nic);
+	}
+	return b.bad ? -1 : 0;
+}

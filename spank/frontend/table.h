@@ -1,0 +1,119 @@
+/*
+ * Decision table (PROTOCOL.md section 2) and per-task rule (section 3).
+ *
+ * This part is plain C with no Slurm dependency, so that it can be linked
+ * into tests/spankhost/rule_check.c and compared with `gpubind plan`.
+ * Nothing here allocates after gb_table_parse: the rule runs in the task
+ * child, where only simple, bounded work is welcome.
+ */
+#ifndef GPUBIND_TABLE_H
+#define GPUBIND_TABLE_H
+
+#include <sched.h>
+#include <stddef.h>
+
+#define GB_TABLE_MAX_BYTES (1024 * 1024)
+#define GB_TABLE_MAX_LINE 4096
+#define GB_MAX_PER_TASK 64
+
+enum gb_status { GB_STATUS_OK, GB_STATUS_WARN, GB_STATUS_ERROR };
+enum gb_rule { GB_RULE_TABLE, GB_RULE_NUMA };
+
+enum gb_flag {
+	GB_FLAG_VERBOSE = 1 << 0,
+	GB_FLAG_NIC = 1 << 1,
+	GB_FLAG_CPUS = 1 << 2,
+	GB_FLAG_ISOLATE = 1 << 3,
+};
+
+struct gb_gpu {
+	char visible[96];  /* value for CUDA_VISIBLE_DEVICES */
+	int nvml;          /* physical NVML index */
+	int minor;         /* /dev/nvidiaN minor, -1 unknown */
+	char busid[32];    /* 0000:1b:00.0 */
+	char uuid[96];     /* GPU-.../MIG-... or "" */
+	int numa;          /* -1 none */
+	char nic[64];      /* RDMA device or "" */
+};
+
+struct gb_numa {
+	int node;
+	cpu_set_t cpus;
+	int *gpus;         /* step GPU ids, best first */
+	int ngpus;
+};
+
+struct gb_task {
+	int seen;
+	int *gpus;
+	int ngpus;
+	int has_cpus;
+	cpu_set_t cpus;
+};
+
+struct gb_table {
+	enum gb_status status;
+	char **messages;
+	int nmessages;
+	int mode_optional;   /* "mode optional" */
+	unsigned flags;
+	enum gb_rule rule;
+	int share;
+	int per_task;
+	int ntasks;
+	struct gb_numa *numa;
+	int nnuma;
+	struct gb_gpu *gpus;
+	int ngpus;
+	int *fallback;
+	int nfallback;
+	struct gb_task *tasks;
+	cpu_set_t node_cpus;  /* union of all numa lines */
+};
+
+/* The answer for one task. */
+struct gb_result {
+	int gpus[GB_MAX_PER_TASK];
+	int ngpus;
+	int by_table;         /* took its "task L" line */
+	int set_cpus;         /* cpus flag and a CPU list: set affinity to cpus */
+	cpu_set_t cpus;
+};
+
+/*
+ * Parse a table. On success returns 0; on failure returns -1 with err
+ * naming the line. A table with "status error" parses fine (check
+ * t->status). The table must end with a correct "end N" line.
+ */
+int gb_table_parse(const char *text, size_t len, struct gb_table *t,
+		   char *err, size_t errlen);
+void gb_table_free(struct gb_table *t);
+
+/*
+ * Apply the rule for local task lid. bind_type/bind_list are the task's
+ * SLURM_CPU_BIND_TYPE / SLURM_CPU_BIND_LIST (NULL when unset); own is the
+ * task's sched_getaffinity mask (NULL when unknown). current is the mask
+ * the task has now (for the cpus flag; NULL: take the table's list as is).
+ */
+int gb_rule_apply(const struct gb_table *t, int lid, const char *bind_type,
+		  const char *bind_list, const cpu_set_t *own,
+		  struct gb_result *r, char *err, size_t errlen);
+
+/* CPU list "0-3,8" or "-" into set. Returns 0 or -1. */
+int gb_parse_cpulist(const char *s, cpu_set_t *set);
+/* Format a set as a CPU list ("-" when empty). */
+void gb_format_cpulist(const cpu_set_t *set, char *buf, size_t len);
+
+/*
+ * Per-task output: fills buf with "NAME=VALUE\n" lines (the environment of
+ * PROTOCOL.md section 3) and line with the log line (without prefix).
+ * Returns 0, or -1 when a buffer is too small.
+ */
+int gb_result_env(const struct gb_table *t, const struct gb_result *r,
+		  char *buf, size_t len);
+int gb_result_logline(const struct gb_table *t, const struct gb_result *r,
+		      int lid, long rank, char *buf, size_t len);
+
+const char *gb_flags_string(unsigned flags, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,235 @@
+package spankhost
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// fakeGPUs makes /dev/nvidiaN-like nodes (minor N) and a gres.conf listing
+// them in order, as the engine maps GRES indices through device minors.
+func fakeGPUs(t *testing.T, n int) (gresConf string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for mknod")
+	}
+	dir := t.TempDir()
+	for i := 0; i < n; i++ {
+		p := filepath.Join(dir, "nvidia"+itoa(i))
+		if err := syscall.Mknod(p, syscall.S_IFCHR|0o666, int(195<<8|i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gresConf = filepath.Join(dir, "gres.conf")
+	if err := os.WriteFile(gresConf, []byte("Name=gpu File="+dir+"/nvidia[0-"+itoa(n-1)+"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return gresConf
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func cacheDir(t *testing.T) string {
+	d := filepath.Join(t.TempDir(), "cache")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// The real engine (found next to the plugin, no engine=) on the DGX H100
+// fixture: the host keeps its one thread and sees every child exit, and
+// each task gets exactly what `gpubind plan` says.
+func TestRealEngine(t *testing.T) {
+	build(t)
+	gres := fakeGPUs(t, 8)
+	root := filepath.Join(repoRoot(), "tests/fixtures/dgxh100-2cpu")
+	for _, c := range []struct{ pol, gpus string }{
+		{"closest", "0,1,4,5"}, {"closest,nic", "0,1,4,5"}, {"spread", "0,1,4,5"},
+		{"per-task:2", "0,1,2,3,4,5,6,7"}, {"map:5,4,1,0", "0,1,4,5"}, {"single:2", "0,1,4,5"},
+	} {
+		pol := c.pol
+		r := host(t, []string{"-n", "4", "-C", "200", "-t", "mask_cpu:", "-l", "0x1,0x2,0x1,0x2",
+			"-e", "SLURM_STEP_GPUS=" + c.gpus, "-o", pol},
+			"root="+root, "source=sysfs", "gres_conf="+gres, "cache_dir="+cacheDir(t))
+		if r.rc(t, "init_post_opt") != 0 {
+			t.Fatalf("%s: init_post_opt failed:\n%s", pol, r.stderr)
+		}
+		if th := kv(t, r.lines["threads before"]); th["after"] != 1 {
+			t.Errorf("%s: threads after init_post_opt = %d", pol, th["after"])
+		}
+		if ch := kv(t, r.lines["children forked"]); ch["seen"] != 200 {
+			t.Errorf("%s: children seen %d of 200", pol, ch["seen"])
+		}
+		out, err := cli("plan", "--root", root, "--tasks", "4", "--gpus", c.gpus, "--task-cpus", "0;1;0;1", "--policy", pol, "--json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want struct{ Tasks []planTask }
+		if err := json.Unmarshal([]byte(out), &want); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range want.Tasks {
+			got := r.tasks[w.Task]
+			delete(got, "rc")
+			if len(got) != len(w.Env) {
+				t.Errorf("%s task %d: env %v, plan %v", pol, w.Task, got, w.Env)
+			}
+			for k, v := range w.Env {
+				if got[k] != v {
+					t.Errorf("%s task %d: %s=%q, plan says %q", pol, w.Task, k, got[k], v)
+				}
+			}
+			if line := "gpubind: task " + itoa(w.Task) + " (rank " + itoa(w.Task) + "): CUDA_VISIBLE_DEVICES=" + w.Visible + " -> GPU "; !strings.Contains(r.stderr, "host-log info: "+line) {
+				t.Errorf("%s: no slurm_info line %q in\n%s", pol, line, r.stderr)
+			}
+			for _, g := range w.GPUs {
+				if !strings.Contains(r.stderr, g.BusID) {
+					t.Errorf("%s: log lacks bus id %s", pol, g.BusID)
+				}
+			}
+		}
+	}
+}
+
+// A bad option value fails the step naming the text (enforce) or runs
+// unbound with a warning (optional); the srun side rejects it early.
+func TestBadOption(t *testing.T) {
+	build(t)
+	gres := fakeGPUs(t, 8)
+	root := filepath.Join(repoRoot(), "tests/fixtures/dgxh100-2cpu")
+	args := []string{"root=" + root, "source=sysfs", "gres_conf=" + gres, "cache_dir=" + cacheDir(t)}
+	r := host(t, []string{"-n", "2", "-e", "SLURM_STEP_GPUS=0,1", "-o", "closets"}, args...)
+	if kv(t, r.lines["tasks ok"])["failed"] != 2 || !strings.Contains(r.stderr, "gpubind: error: ") || !strings.Contains(r.stderr, `"closets"`) {
+		t.Errorf("enforce: want the tasks failed naming \"closets\":\n%s", r.stderr)
+	}
+	r = host(t, []string{"-n", "2", "-e", "SLURM_STEP_GPUS=0,1", "-o", "closets"}, append(args, "mode=optional")...)
+	if r.rc(t, "init_post_opt") != 0 || !strings.Contains(r.stderr, "closets") || len(r.tasks[0]) != 1 {
+		t.Errorf("optional: want a warning naming \"closets\" and unbound tasks:\n%s\n%v", r.stderr, r.tasks)
+	}
+	// srun: the option callback checks with the engine in-process.
+	r = host(t, []string{"-X", "local", "-o", "spread,bogus"}, args...)
+	if r.rc(t, "option") != -1 || !strings.Contains(r.stderr, "bogus") {
+		t.Errorf("srun: want the option refused naming \"bogus\":\n%s", r.stderr)
+	}
+	r = host(t, []string{"-X", "local", "-e", "X=1", "-o", "spread,verbose"}, args...)
+	if r.rc(t, "option") != 0 {
+		t.Errorf("srun: valid option refused:\n%s", r.stderr)
+	}
+}
+
+// sbatch/salloc export the option to the job environment, so that steps
+// inside the job inherit it.
+func TestAllocatorExportsOption(t *testing.T) {
+	r := host(t, []string{"-X", "allocator", "-o", "spread,verbose"})
+	if r.rc(t, "option") != 0 || !strings.Contains(r.lines["env SLURM_GPU_BIND_TOPO"], "=spread,verbose") {
+		t.Errorf("allocator: %q\n%s", r.lines["env SLURM_GPU_BIND_TOPO"], r.stderr)
+	}
+	r = host(t, []string{"-X", "allocator", "-o", "-"})
+	if !strings.Contains(r.lines["env SLURM_GPU_BIND_TOPO"], "=closest") {
+		t.Errorf("bare option: %q", r.lines["env SLURM_GPU_BIND_TOPO"])
+	}
+	r = host(t, []string{"-X", "local", "-o", "spread"})
+	if !strings.Contains(r.lines["env SLURM_GPU_BIND_TOPO"], "(unset)") {
+		t.Errorf("srun must not export the option: %q", r.lines["env SLURM_GPU_BIND_TOPO"])
+	}
+}
+
+// Option precedence, off, and the steps that are never bound. The test
+// engine saves the request it got in cache_dir, so "no request" means no
+// child ran.
+func TestPrecedenceAndOff(t *testing.T) {
+	build(t)
+	p := dgxPlan(t, 2, "-")
+	cases := []struct {
+		name  string
+		flags []string
+		args  []string
+		want  string // option= in the request; "" = no child at all
+	}{
+		{"absent, no default", nil, nil, ""},
+		{"absent, default", nil, []string{"default=spread,verbose"}, "spread,verbose"},
+		{"bare", []string{"-o", "-"}, []string{"default=spread"}, "closest"},
+		{"user beats env and default", []string{"-o", "pack", "-e", "SLURM_GPU_BIND_TOPO=spread"}, []string{"default=single:2"}, "pack"},
+		{"env beats default", []string{"-e", "SLURM_GPU_BIND_TOPO=spread"}, []string{"default=pack"}, "spread"},
+		{"user off beats default", []string{"-o", "off"}, []string{"default=closest"}, ""},
+		{"default off", nil, []string{"default=off"}, ""},
+		{"batch step", []string{"-s", "4294967291", "-o", "closest"}, nil, ""},
+		{"extern step", []string{"-s", "4294967292", "-o", "closest"}, nil, ""},
+		{"interactive step", []string{"-s", "4294967290", "-o", "closest"}, nil, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			flags := append([]string{"-n", "2", "-C", "5", "-e", "SLURM_STEP_GPUS=0,1"}, c.flags...)
+			args := append([]string{"engine=" + bin.engines["table"], "snapshot=" + p, "cache_dir=" + dir, "isolate=never", "cpus=force"}, c.args...)
+			r := host(t, flags, args...)
+			req := requestOf(t, dir)
+			if c.want == "" {
+				if req != nil {
+					t.Errorf("a child ran: request %v", req)
+				}
+				for id, env := range r.tasks {
+					if len(env) != 1 {
+						t.Errorf("task %d environment changed: %v", id, env)
+					}
+				}
+				if th := kv(t, r.lines["threads before"]); th["after"] != 1 {
+					t.Errorf("threads %d", th["after"])
+				}
+				return
+			}
+			if req == nil {
+				t.Fatalf("no child ran:\n%s", r.stderr)
+			}
+			if req["option"] != c.want {
+				t.Errorf("option=%q, want %q", req["option"], c.want)
+			}
+			for k, v := range map[string]string{"force": "cpus", "never": "isolate", "local_tasks": "2", "global_ids": "0,1",
+				"env.SLURM_STEP_GPUS": "0,1", "mode": "enforce", "uid": itoa(0)} {
+				if os.Geteuid() != 0 && k == "uid" {
+					continue
+				}
+				if req[k] != v {
+					t.Errorf("request %s=%q, want %q", k, req[k], v)
+				}
+			}
+		})
+	}
+}
+
+// plugstack.conf arguments: unknown keys and bad values are errors that
+// name them.
+func TestPlugstackArgs(t *testing.T) {
+	bad := map[string]string{
+		"colour=blue":     `unknown plugstack argument "colour=blue"`,
+		"mode=maybe":      "mode=maybe: expected enforce or optional",
+		"source=magic":    "source=magic: expected auto, nvml, sysfs or snapshot",
+		"timeout=0":       "timeout=0: expected milliseconds",
+		"timeout=5s":      "timeout=5s: expected milliseconds",
+		"isolate=yes":     "isolate=yes: expected allow, force or never",
+		"cpus=sometimes":  "cpus=sometimes: expected allow, force or never",
+		"root=relative":   "root=relative: expected an absolute path",
+		"engine=x.so":     "engine=x.so: expected an absolute path",
+		"source=snapshot": "source=snapshot needs snapshot=FILE",
+		"noequals":        `"noequals": expected key=value`,
+	}
+	for arg, want := range bad {
+		r := host(t, []string{"-o", "closest"}, arg)
+		if r.rc(t, "init") != -1 || !strings.Contains(r.stderr, "gpubind: ") || !strings.Contains(r.stderr, want) {
+			t.Errorf("%s: want init failure with %q:\n%s", arg, want, r.stderr)
+		}
+	}
+	r := host(t, nil, "mode=optional", "timeout=100")
+	if r.rc(t, "init") != 0 {
+		t.Errorf("good arguments refused:\n%s", r.stderr)
+	}
+	r = host(t, nil, "mode=optional", "mode=enforce")
+	if r.rc(t, "init") != -1 || !strings.Contains(r.stderr, "mode= given twice") {
+		t.Errorf("duplicate: %s", r.stderr)
+	}
+}
