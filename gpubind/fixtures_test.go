@@ -110,7 +110,10 @@ func TestPoliciesOnFixtures(t *testing.T) {
 		{fixture: "dgxh100", policy: "map:1,0", tasks: 4, want: "1 0 1 0"},
 		{fixture: "dgxh100", policy: "map:0*2,7", tasks: 4, want: "0 0 7 0"},
 		{fixture: "dgxh100-2cpu", policy: "closest", tasks: 4, gpus: "0,1,4,5", taskCPUs: "0;1;0;1", want: "0 4 1 5"},
-		{fixture: "dgxh100-2cpu", policy: "closest", tasks: 8, gpus: "0,1,2,3", taskCPUs: "0;1;0;1;0;1;0;1", want: "0 0 1 1 2 2 3 3"},
+		{fixture: "dgxh100-2cpu", policy: "closest", tasks: 8, gpus: "0,1,2,3", taskCPUs: "0;1;0;1;0;1;0;1", want: "0 3 1 2 2 1 3 0"},
+		// NUMA 1 holds none of the step's GPUs: its tasks take the GPUs NUMA 0's tasks leave.
+		{fixture: "dgxh100-2cpu", policy: "closest", tasks: 4, gpus: "0,1,2,3", taskCPUs: "0;1;0;1", want: "0 3 1 2"},
+		{fixture: "dgxh100-2cpu", policy: "closest", tasks: 2, gpus: "0,1", taskCPUs: "0;1", want: "0 1"},
 
 		// 8 NUMA nodes, PCI order 01..e1 on NUMA 3,2,1,0,7,6,5,4.
 		{fixture: "numa8", policy: "closest", tasks: 8, want: "3 2 1 0 7 6 5 4"},

@@ -97,7 +97,11 @@ func TestPlanProperties(t *testing.T) {
 						node = nd.ID
 					}
 				}
-				if len(tab.NUMAGPUs[node]) > 0 && tab.GPUs[b.GPUs[0]].NUMA != node {
+				ownsGPU := false
+				for _, g := range tab.GPUs {
+					ownsGPU = ownsGPU || g.NUMA == node
+				}
+				if ownsGPU && tab.GPUs[b.GPUs[0]].NUMA != node {
 					t.Fatalf("%s: task %d on NUMA %d got a GPU on NUMA %d", desc, L, node, tab.GPUs[b.GPUs[0]].NUMA)
 				}
 			}
