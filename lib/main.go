@@ -1,0 +1,353 @@
+// Command lib is libgpuhelper.so.1, built with -buildmode=c-shared. The public C API is the
+// hand-written gpuhelper.h; shim.c implements it, refuses to enter Go in a forked child, and
+// calls the gh* exports below. The exports are hidden by gpuhelper.map.
+package main
+
+/*
+#include <stdlib.h>
+#include <string.h>
+#include "gpuhelper.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/gpubind/gpubind/lib/gpusel"
+	"github.com/gpubind/gpubind/ncclid"
+	"github.com/gpubind/gpubind/pmixkv"
+)
+
+func main() {}
+
+// Version is the library version; it must match GPUHELPER_VERSION_* in gpuhelper.h (checked by
+// the tests).
+const Version = "1.0.0"
+
+// DefaultTimeout is how long a rank waits for another rank's data unless GPUHELPER_TIMEOUT says
+// otherwise: generous, because rank 0 may spend a long time starting CUDA before it publishes.
+const DefaultTimeout = 300 * time.Second
+
+// codeError carries a GPUHELPER_E... code with its message.
+type codeError struct {
+	code int
+	err  error
+}
+
+func (e *codeError) Error() string { return e.err.Error() }
+func (e *codeError) Unwrap() error { return e.err }
+
+func withCode(code int, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *codeError
+	if errors.As(err, &ce) {
+		return err
+	}
+	return &codeError{code, err}
+}
+
+// errNCCL marks a failure of this process's own ncclGetUniqueId.
+var errNCCL = errors.New("ncclGetUniqueId")
+
+// code maps an error onto a GPUHELPER_E... code.
+func code(err error) int {
+	var ce *codeError
+	switch {
+	case err == nil:
+		return C.GPUHELPER_SUCCESS
+	case errors.As(err, &ce):
+		return ce.code
+	case errors.Is(err, pmixkv.ErrNeedServer):
+		return C.GPUHELPER_ENOSERVER
+	case errors.Is(err, pmixkv.ErrTimeout):
+		return C.GPUHELPER_ETIMEOUT
+	case errors.Is(err, ncclid.ErrRoot), errors.Is(err, errNCCL):
+		return C.GPUHELPER_ENCCL
+	}
+	return C.GPUHELPER_EPMIX
+}
+
+// The C environment, not Go's copy of it: Go snapshots environ when the library is loaded, and
+// the application may have called setenv since (so does shim.c for CUDA_DEVICE_ORDER).
+func lookupEnv(name string) (string, bool) {
+	cn := C.CString(name)
+	defer C.free(unsafe.Pointer(cn))
+	p := C.getenv(cn)
+	if p == nil {
+		return "", false
+	}
+	return C.GoString(p), true
+}
+
+func getenv(name string) string { v, _ := lookupEnv(name); return v }
+
+type config struct {
+	timeout time.Duration
+	mode    ncclid.Mode
+	library string
+}
+
+func readConfig() (config, error) {
+	c := config{timeout: DefaultTimeout, library: getenv("GPUHELPER_NCCL_LIBRARY")}
+	if v := strings.TrimSpace(getenv("GPUHELPER_TIMEOUT")); v != "" {
+		s, err := strconv.ParseFloat(v, 64)
+		if err != nil || s <= 0 || s > 1e6 {
+			return c, withCode(C.GPUHELPER_EENV, fmt.Errorf("GPUHELPER_TIMEOUT=%q, expected a number of seconds > 0", v))
+		}
+		c.timeout = time.Duration(s * float64(time.Second))
+	}
+	m, err := ncclid.ParseMode(getenv("GPUHELPER_EXCHANGE"))
+	if err != nil {
+		return c, withCode(C.GPUHELPER_EENV, fmt.Errorf("GPUHELPER_EXCHANGE: %w", err))
+	}
+	c.mode = m
+	return c, nil
+}
+
+// state is the library's one session; mu serialises every call, so collectives keep their order
+// within the process and init runs once.
+var state struct {
+	mu     sync.Mutex
+	kv     pmixkv.KV
+	cfg    config
+	ex     *ncclid.Exchanger // kept across finalize/init: its key sequence must never restart
+	info   pmixkv.Info
+	gpu    gpusel.Choice
+	id     ncclid.ID
+	userFn unsafe.Pointer // from gpuhelper_set_nccl_get_unique_id
+	libs   map[string]ncclid.Generator
+}
+
+// newID is the Exchanger's generator: the caller's function, else the process's own symbol or
+// the configured library.
+func newID(library string) ncclid.Generator {
+	return func() (ncclid.ID, error) {
+		var gen ncclid.Generator
+		if state.userFn != nil {
+			gen = ncclid.Func(state.userFn)
+		} else {
+			if state.libs == nil {
+				state.libs = map[string]ncclid.Generator{}
+			}
+			if state.libs[library] == nil {
+				state.libs[library] = ncclid.Lib(library)
+			}
+			gen = state.libs[library]
+		}
+		id, err := gen()
+		if err != nil {
+			return id, fmt.Errorf("%w: %w", errNCCL, err)
+		}
+		return id, nil
+	}
+}
+
+func initLocked() error {
+	if state.kv != nil {
+		return nil
+	}
+	cfg, err := readConfig()
+	if err != nil {
+		return err
+	}
+	kv, err := pmixkv.Open(pmixkv.Options{Getenv: getenv})
+	if err != nil {
+		return err
+	}
+	info := kv.Info()
+	gpu, err := gpusel.Choose(gpusel.Input{LookupEnv: lookupEnv, Root: getenv("GPUHELPER_SYSROOT"), LocalRank: info.LocalRank})
+	if err != nil {
+		kv.Close()
+		return withCode(C.GPUHELPER_EGPU, err)
+	}
+	if state.ex == nil {
+		state.ex = &ncclid.Exchanger{}
+	}
+	state.ex.KV, state.ex.Mode, state.ex.Timeout, state.ex.NewID = kv, cfg.mode, cfg.timeout, newID(cfg.library)
+	id, err := state.ex.World()
+	if err != nil {
+		kv.Close()
+		return err
+	}
+	state.kv, state.cfg, state.info, state.gpu, state.id = kv, cfg, info, gpu, id
+	return nil
+}
+
+func setCString(dst []C.char, s string) {
+	n := min(len(s), len(dst)-1)
+	for i := 0; i < n; i++ {
+		dst[i] = C.char(s[i])
+	}
+	dst[n] = 0
+}
+
+func fill(out *C.gpuhelper_info_t) {
+	in := state.info
+	out.rank, out.size = C.int(in.Rank), C.int(in.Size)
+	out.local_rank, out.local_size = C.int(in.LocalRank), C.int(in.LocalSize)
+	out.node_id, out.num_nodes = C.int(in.NodeID), C.int(in.NumNodes)
+	out.cuda_device = C.int(state.gpu.CUDADevice)
+	setCString(out.pci_bus_id[:], state.gpu.BusID)
+	setCString(out.gpu_uuid[:], state.gpu.UUID)
+	for i, b := range state.id {
+		out.nccl_id[i] = C.uchar(b)
+	}
+}
+
+// report writes err into the caller's buffer and returns its code.
+func report(err error, buf *C.char, n C.size_t) C.int {
+	if err == nil {
+		return 0
+	}
+	if buf != nil && n > 0 {
+		setCString(unsafe.Slice(buf, int(n)), "gpuhelper: "+err.Error())
+	}
+	return C.int(code(err))
+}
+
+// guard turns a panic into GPUHELPER_EINTERNAL: no panic may cross into C.
+func guard(rc *C.int, buf *C.char, n C.size_t) {
+	if r := recover(); r != nil {
+		*rc = report(withCode(C.GPUHELPER_EINTERNAL, fmt.Errorf("internal error: %v", r)), buf, n)
+	}
+}
+
+//export ghGoInit
+func ghGoInit(info *C.gpuhelper_info_t, buf *C.char, n C.size_t) (rc C.int) {
+	defer guard(&rc, buf, n)
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	if err := initLocked(); err != nil {
+		return report(err, buf, n)
+	}
+	fill(info)
+	return 0
+}
+
+//export ghGoFinalize
+func ghGoFinalize(buf *C.char, n C.size_t) (rc C.int) {
+	defer guard(&rc, buf, n)
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	if state.kv == nil {
+		return 0
+	}
+	// A barrier first: a root must not leave while others may still fetch its IDs from its
+	// node's PMIx server (under Slurm that server goes away with the node's last task).
+	err := state.kv.Fence(false, state.cfg.timeout)
+	if err != nil {
+		err = fmt.Errorf("gpuhelper_finalize: waiting for the other ranks: %w", err)
+	}
+	if cerr := state.kv.Close(); err == nil {
+		err = cerr
+	}
+	state.kv = nil
+	return report(err, buf, n)
+}
+
+//export ghGoSetNcclFn
+func ghGoSetNcclFn(fn unsafe.Pointer, buf *C.char, n C.size_t) (rc C.int) {
+	defer guard(&rc, buf, n)
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	state.userFn = fn
+	return 0
+}
+
+func needInit() error {
+	if state.kv == nil {
+		return withCode(C.GPUHELPER_ENOTINIT, errors.New("call gpuhelper_init first (and not after gpuhelper_finalize)"))
+	}
+	return nil
+}
+
+func scalableCount() (int, error) {
+	if err := needInit(); err != nil {
+		return 0, err
+	}
+	size := state.info.Size
+	v := strings.TrimSpace(getenv("GPUHELPER_SCALABLE_IDS"))
+	if v == "" {
+		return ncclid.DefaultRoots(size), nil
+	}
+	k, err := strconv.Atoi(v)
+	if err != nil || k < 1 {
+		return 0, withCode(C.GPUHELPER_EENV, fmt.Errorf("GPUHELPER_SCALABLE_IDS=%q, expected an integer >= 1", v))
+	}
+	return min(k, size), nil
+}
+
+//export ghGoScalableCount
+func ghGoScalableCount(buf *C.char, n C.size_t) (rc C.int) {
+	defer guard(&rc, buf, n)
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	k, err := scalableCount()
+	if err != nil {
+		return report(err, buf, n)
+	}
+	return C.int(k)
+}
+
+//export ghGoScalableIDs
+func ghGoScalableIDs(nids C.int, ids *C.uchar, nbytes C.size_t, buf *C.char, n C.size_t) (rc C.int) {
+	defer guard(&rc, buf, n)
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	if err := needInit(); err != nil {
+		return report(err, buf, n)
+	}
+	size := state.info.Size
+	switch {
+	case ids == nil:
+		return report(withCode(C.GPUHELPER_EINVAL, errors.New("gpuhelper_scalable_ids: ids is NULL")), buf, n)
+	case nids < 1 || int(nids) > size:
+		return report(withCode(C.GPUHELPER_EINVAL, fmt.Errorf("gpuhelper_scalable_ids: nids %d, expected 1..%d (the job size)", nids, size)), buf, n)
+	case uint64(nbytes) < uint64(nids)*ncclid.Bytes:
+		return report(withCode(C.GPUHELPER_EINVAL, fmt.Errorf("gpuhelper_scalable_ids: ids_bytes %d, expected at least nids*%d = %d",
+			nbytes, ncclid.Bytes, int(nids)*ncclid.Bytes)), buf, n)
+	}
+	got, err := state.ex.Scalable(int(nids))
+	if err != nil {
+		return report(err, buf, n)
+	}
+	out := unsafe.Slice((*byte)(unsafe.Pointer(ids)), int(nids)*ncclid.Bytes)
+	for i, id := range got {
+		copy(out[i*ncclid.Bytes:], id[:])
+	}
+	return 0
+}
+
+//export ghGoGroupID
+func ghGoGroupID(color C.int, g *C.gpuhelper_group_t, buf *C.char, n C.size_t) (rc C.int) {
+	defer guard(&rc, buf, n)
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	if err := needInit(); err != nil {
+		return report(err, buf, n)
+	}
+	c := int(color)
+	if c < 0 && c != C.GPUHELPER_COLOR_NODE {
+		return report(withCode(C.GPUHELPER_EINVAL, fmt.Errorf("gpuhelper_group_id: color %d, expected >= 0 or GPUHELPER_COLOR_NODE (%d)", c, C.GPUHELPER_COLOR_NODE)), buf, n)
+	}
+	if c == C.GPUHELPER_COLOR_NODE {
+		c = ncclid.NodeColor
+	}
+	grp, err := state.ex.Group(c)
+	if err != nil {
+		return report(err, buf, n)
+	}
+	g.color, g.rank, g.size, g.root = color, C.int(grp.Rank), C.int(grp.Size), C.int(grp.Root)
+	for i, b := range grp.ID {
+		g.nccl_id[i] = C.uchar(b)
+	}
+	return 0
+}

@@ -1,0 +1,169 @@
+/* The public C API of libgpuhelper (gpuhelper.h). Every entry point checks here, in C, that it
+ * is not running in a forked child that has not exec'd, before it enters Go: Go code in such a
+ * child hangs as soon as it allocates (golang/go#15538). strerror, last_error and version never
+ * enter Go at all. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpuhelper.h"
+#include "_cgo_export.h"
+
+#define GH_EXPORT __attribute__((visibility("default")))
+#define GH_STR2(x) #x
+#define GH_STR(x) GH_STR2(x)
+
+static pid_t gh_pid;
+
+/* Runs when the library is loaded, as does the Go runtime: that pid owns the Go threads. */
+__attribute__((constructor)) static void gh_record_pid(void) { gh_pid = getpid(); }
+
+/* Details of the calling thread's last failure. */
+static __thread char gh_err[1024];
+
+static int gh_fail(int rc, const char *msg)
+{
+    snprintf(gh_err, sizeof(gh_err), "gpuhelper: %s", msg);
+    return rc;
+}
+
+static int gh_forked(void)
+{
+    if (getpid() == gh_pid)
+        return 0;
+    snprintf(gh_err, sizeof(gh_err),
+             "gpuhelper: called in pid %ld, a fork of pid %ld that has not exec'd; the library "
+             "(its Go runtime) cannot run there: call it before fork or after exec",
+             (long)getpid(), (long)gh_pid);
+    return 1;
+}
+
+/* CUDA numbers GPUs fastest-first unless CUDA_DEVICE_ORDER=PCI_BUS_ID is set before it starts.
+ * Set it when unset and libcuda is not loaded yet (once loaded, CUDA may have read it). */
+static pthread_once_t gh_order_once = PTHREAD_ONCE_INIT;
+static void gh_set_cuda_order(void)
+{
+    if (getenv("CUDA_DEVICE_ORDER") != NULL)
+        return;
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (h != NULL) {
+        dlclose(h);
+        return;
+    }
+    if (setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 0) != 0)
+        gh_fail(0, "setenv CUDA_DEVICE_ORDER failed; cuda_device may not match pci_bus_id");
+}
+
+GH_EXPORT int gpuhelper_init(gpuhelper_info_t *info)
+{
+    gpuhelper_info_t tmp;
+    size_t size;
+    int rc;
+
+    if (gh_forked())
+        return GPUHELPER_EFORK;
+    if (info == NULL)
+        return gh_fail(GPUHELPER_EINVAL, "gpuhelper_init: info is NULL");
+    size = info->struct_size;
+    if (size < sizeof(gpuhelper_info_t)) {
+        snprintf(gh_err, sizeof(gh_err),
+                 "gpuhelper: gpuhelper_init: info->struct_size is %zu, expected sizeof(gpuhelper_info_t) = %zu",
+                 size, sizeof(gpuhelper_info_t));
+        return GPUHELPER_EINVAL;
+    }
+    if (pthread_once(&gh_order_once, gh_set_cuda_order) != 0)
+        return gh_fail(GPUHELPER_EINTERNAL, "pthread_once failed");
+    memset(&tmp, 0, sizeof(tmp));
+    rc = ghGoInit(&tmp, gh_err, sizeof(gh_err));
+    if (rc != 0)
+        return rc;
+    /* A caller built against a newer header may pass a larger struct: fill what we know. */
+    memcpy(info, &tmp, sizeof(tmp));
+    info->struct_size = size;
+    return 0;
+}
+
+GH_EXPORT int gpuhelper_finalize(void)
+{
+    if (gh_forked())
+        return GPUHELPER_EFORK;
+    return ghGoFinalize(gh_err, sizeof(gh_err));
+}
+
+GH_EXPORT int gpuhelper_set_nccl_get_unique_id(gpuhelper_nccl_get_unique_id_fn fn)
+{
+    void *p = NULL;
+    if (gh_forked())
+        return GPUHELPER_EFORK;
+    memcpy(&p, &fn, sizeof(p) < sizeof(fn) ? sizeof(p) : sizeof(fn));
+    return ghGoSetNcclFn(p, gh_err, sizeof(gh_err));
+}
+
+GH_EXPORT int gpuhelper_scalable_count(void)
+{
+    if (gh_forked())
+        return GPUHELPER_EFORK;
+    return ghGoScalableCount(gh_err, sizeof(gh_err));
+}
+
+GH_EXPORT int gpuhelper_scalable_ids(int nids, unsigned char *ids, size_t ids_bytes)
+{
+    if (gh_forked())
+        return GPUHELPER_EFORK;
+    return ghGoScalableIDs(nids, ids, ids_bytes, gh_err, sizeof(gh_err));
+}
+
+GH_EXPORT int gpuhelper_group_id(int color, gpuhelper_group_t *group)
+{
+    gpuhelper_group_t tmp;
+    size_t size;
+    int rc;
+
+    if (gh_forked())
+        return GPUHELPER_EFORK;
+    if (group == NULL)
+        return gh_fail(GPUHELPER_EINVAL, "gpuhelper_group_id: group is NULL");
+    size = group->struct_size;
+    if (size < sizeof(gpuhelper_group_t)) {
+        snprintf(gh_err, sizeof(gh_err),
+                 "gpuhelper: gpuhelper_group_id: group->struct_size is %zu, expected sizeof(gpuhelper_group_t) = %zu",
+                 size, sizeof(gpuhelper_group_t));
+        return GPUHELPER_EINVAL;
+    }
+    memset(&tmp, 0, sizeof(tmp));
+    rc = ghGoGroupID(color, &tmp, gh_err, sizeof(gh_err));
+    if (rc != 0)
+        return rc;
+    memcpy(group, &tmp, sizeof(tmp));
+    group->struct_size = size;
+    return 0;
+}
+
+GH_EXPORT const char *gpuhelper_strerror(int err)
+{
+    switch (err) {
+    case GPUHELPER_SUCCESS: return "GPUHELPER_SUCCESS: success";
+    case GPUHELPER_EINVAL: return "GPUHELPER_EINVAL: invalid argument";
+    case GPUHELPER_ENOSERVER: return "GPUHELPER_ENOSERVER: no PMIx server for a job of several processes (launch with srun --mpi=pmix)";
+    case GPUHELPER_EPMIX: return "GPUHELPER_EPMIX: a PMIx call failed";
+    case GPUHELPER_ETIMEOUT: return "GPUHELPER_ETIMEOUT: another rank's data did not arrive in time (GPUHELPER_TIMEOUT)";
+    case GPUHELPER_ENCCL: return "GPUHELPER_ENCCL: ncclGetUniqueId is missing or failed";
+    case GPUHELPER_EFORK: return "GPUHELPER_EFORK: called in a forked child that has not exec'd";
+    case GPUHELPER_EGPU: return "GPUHELPER_EGPU: GPU selection variables (GPUBIND_*, CUDA_VISIBLE_DEVICES) are malformed";
+    case GPUHELPER_ENOTINIT: return "GPUHELPER_ENOTINIT: gpuhelper_init has not succeeded";
+    case GPUHELPER_EENV: return "GPUHELPER_EENV: a GPUHELPER_* environment variable is malformed";
+    case GPUHELPER_EINTERNAL: return "GPUHELPER_EINTERNAL: internal error";
+    }
+    return "GPUHELPER_E?: unknown error code";
+}
+
+GH_EXPORT const char *gpuhelper_last_error(void) { return gh_err; }
+
+GH_EXPORT const char *gpuhelper_version(void)
+{
+    return GH_STR(GPUHELPER_VERSION_MAJOR) "." GH_STR(GPUHELPER_VERSION_MINOR) "." GH_STR(GPUHELPER_VERSION_PATCH);
+}

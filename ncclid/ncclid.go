@@ -1,0 +1,288 @@
+// Package ncclid creates NCCL unique IDs with the application's own ncclGetUniqueId and hands
+// them to every rank of a job over a pmixkv.KV.
+//
+// Distribution is a direct modex by default: each root Puts and Commits its ID, the other ranks
+// Get it from that root with a timeout, and nobody fences. Keys carry a sequence number so no
+// key is ever reused (PMIx 4.2 can serve a stale cached value for a reused key). Every rank must
+// therefore make the same calls in the same order, as with any collective.
+package ncclid
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpubind/gpubind/pmixkv"
+)
+
+// Bytes is the size of an ncclUniqueId.
+const Bytes = 128
+
+// ID is an ncclUniqueId: 128 opaque bytes.
+type ID [Bytes]byte
+
+// String shows the first bytes in hex, enough to compare IDs in logs.
+func (id ID) String() string { return hex.EncodeToString(id[:8]) }
+
+// Generator makes a new ID (ncclGetUniqueId). Only roots call it.
+type Generator func() (ID, error)
+
+// RanksPerRoot is the number of ranks per ID that DefaultRoots aims at, as frameworks do for
+// ncclCommInitRankScalable.
+const RanksPerRoot = 128
+
+// DefaultRoots returns ceil(size/RanksPerRoot), at least 1.
+func DefaultRoots(size int) int {
+	if size < 1 {
+		return 1
+	}
+	return (size + RanksPerRoot - 1) / RanksPerRoot
+}
+
+// RootRanks returns the ranks that create the n IDs of a scalable init over size ranks: where
+// NCCL's documented rankHasRoot puts them. NCCL splits the ranks into n blocks, the first
+// size%n of them one rank longer; each block's first rank is its root. So root i is
+// i*(size/n) + min(i, size%n): 7 ranks and 3 IDs give 0, 3, 5; 300 and 3 give 0, 100, 200.
+func RootRanks(size, n int) ([]int, error) {
+	if size < 1 {
+		return nil, fmt.Errorf("ncclid: job size %d, expected at least 1", size)
+	}
+	if n < 1 || n > size {
+		return nil, fmt.Errorf("ncclid: %d IDs for %d ranks, expected 1..%d", n, size, size)
+	}
+	rpr, rmr := size/n, size%n
+	roots := make([]int, n)
+	for i := range roots {
+		roots[i] = i*rpr + min(i, rmr)
+	}
+	return roots, nil
+}
+
+// Mode selects how IDs travel.
+type Mode int
+
+const (
+	// Direct: roots Put+Commit, others Get with a timeout; no fence.
+	Direct Mode = iota
+	// Fenced: roots Put+Commit, everyone joins a collecting fence, then Gets locally. Kept to
+	// compare with Direct.
+	Fenced
+)
+
+func (m Mode) String() string {
+	if m == Fenced {
+		return "fence"
+	}
+	return "direct"
+}
+
+// ParseMode parses "direct" (or "") and "fence".
+func ParseMode(s string) (Mode, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "direct":
+		return Direct, nil
+	case "fence":
+		return Fenced, nil
+	}
+	return Direct, fmt.Errorf("ncclid: exchange mode %q, expected \"direct\" or \"fence\"", s)
+}
+
+// ErrRoot marks an error reported by a root that could not create its ID.
+var ErrRoot = errors.New("root failed to create the NCCL ID")
+
+// Exchanger distributes IDs over KV. Its methods are collective: every rank of the job calls
+// them in the same order. It is safe for concurrent use, but concurrent collectives would be
+// ordered differently on different ranks, so callers serialise them.
+type Exchanger struct {
+	KV      pmixkv.KV
+	NewID   Generator
+	Mode    Mode
+	Timeout time.Duration // for each Get and Fence; <= 0 means wait forever
+
+	mu  sync.Mutex
+	seq uint64
+}
+
+// next returns the sequence number of the next collective.
+func (e *Exchanger) next() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.seq++
+	return e.seq
+}
+
+// World returns one ID created by rank 0.
+func (e *Exchanger) World() (ID, error) {
+	ids, err := e.exchange(e.next(), e.KV.Info().Rank == 0, []int{0})
+	if err != nil {
+		return ID{}, err
+	}
+	return ids[0], nil
+}
+
+// Scalable returns n IDs for ncclCommInitRankScalable, created by the ranks RootRanks names;
+// n <= 0 means DefaultRoots(size).
+func (e *Exchanger) Scalable(n int) ([]ID, error) {
+	in := e.KV.Info()
+	if n <= 0 {
+		n = DefaultRoots(in.Size)
+	}
+	roots, err := RootRanks(in.Size, n)
+	if err != nil {
+		return nil, err
+	}
+	isRoot := false
+	for _, r := range roots {
+		isRoot = isRoot || r == in.Rank
+	}
+	return e.exchange(e.next(), isRoot, roots)
+}
+
+// Group is a sub-communicator's view from one rank.
+type Group struct {
+	Color   int   // the color passed, or NodeColor
+	Rank    int   // rank inside the group: position of the global rank among Members
+	Size    int   // number of members
+	Root    int   // global rank that created the ID (the lowest member)
+	Members []int // global ranks of the group, ascending
+	ID      ID
+}
+
+// NodeColor asks Group for one group per node.
+const NodeColor = -1
+
+// Group splits the job by color (>= 0) like MPI_Comm_split with the global rank as key, and
+// gives each group its own ID, created by its lowest rank. NodeColor makes one group per node
+// without exchanging colors.
+func (e *Exchanger) Group(color int) (Group, error) {
+	in := e.KV.Info()
+	seq := e.next()
+	var members []int
+	switch {
+	case color == NodeColor:
+		members = append(members, in.LocalPeers...)
+		if len(members) == 0 {
+			return Group{}, errors.New("ncclid: the job facts list no local peers, so no node group can be formed")
+		}
+	case color < 0:
+		return Group{}, fmt.Errorf("ncclid: color %d, expected >= 0 or NodeColor (%d)", color, NodeColor)
+	default:
+		var err error
+		if members, err = e.colorMembers(seq, color); err != nil {
+			return Group{}, err
+		}
+	}
+	g := Group{Color: color, Size: len(members), Root: members[0], Members: members, Rank: -1}
+	for i, r := range members {
+		if r == in.Rank {
+			g.Rank = i
+		}
+	}
+	if g.Rank < 0 {
+		return Group{}, fmt.Errorf("ncclid: rank %d is not among its group's members %v", in.Rank, members)
+	}
+	ids, err := e.exchange(seq, g.Rank == 0, []int{g.Root})
+	if err != nil {
+		return Group{}, err
+	}
+	g.ID = ids[0]
+	return g, nil
+}
+
+// colorMembers publishes this rank's color, fences with collection, and reads every rank's color.
+func (e *Exchanger) colorMembers(seq uint64, color int) ([]int, error) {
+	in := e.KV.Info()
+	key := fmt.Sprintf("gpubind.color.%d", seq)
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(color))
+	if err := e.KV.Put(key, b[:]); err != nil {
+		return nil, err
+	}
+	if err := e.KV.Commit(); err != nil {
+		return nil, err
+	}
+	if err := e.KV.Fence(true, e.Timeout); err != nil {
+		return nil, fmt.Errorf("ncclid: fence to exchange group colors: %w", err)
+	}
+	var members []int
+	for r := 0; r < in.Size; r++ {
+		if r == in.Rank {
+			members = append(members, r)
+			continue
+		}
+		v, err := e.KV.Get(r, key, e.Timeout)
+		if err != nil {
+			return nil, fmt.Errorf("ncclid: color of rank %d: %w", r, err)
+		}
+		if len(v) != 8 {
+			return nil, fmt.Errorf("ncclid: color of rank %d is %d bytes, expected 8", r, len(v))
+		}
+		if int(binary.BigEndian.Uint64(v)) == color {
+			members = append(members, r)
+		}
+	}
+	return members, nil
+}
+
+// exchange: if isRoot, create an ID and publish it (or the failure) under this collective's
+// key; then read the ID of every rank in roots.
+func (e *Exchanger) exchange(seq uint64, isRoot bool, roots []int) ([]ID, error) {
+	in := e.KV.Info()
+	key := fmt.Sprintf("gpubind.ncclid.%d", seq)
+	var own ID
+	var ownErr error
+	if isRoot {
+		if e.NewID == nil {
+			ownErr = errors.New("ncclid: no ID generator configured")
+		} else {
+			own, ownErr = e.NewID()
+		}
+		// Publish the failure too, so the other ranks fail at once instead of timing out.
+		val := append([]byte{1}, own[:]...)
+		if ownErr != nil {
+			val = append([]byte{0}, ownErr.Error()...)
+		}
+		if err := e.KV.Put(key, val); err != nil {
+			return nil, err
+		}
+		if err := e.KV.Commit(); err != nil {
+			return nil, err
+		}
+	}
+	if e.Mode == Fenced {
+		if err := e.KV.Fence(true, e.Timeout); err != nil {
+			return nil, fmt.Errorf("ncclid: fence after publishing NCCL IDs: %w", err)
+		}
+	}
+	if ownErr != nil {
+		return nil, ownErr
+	}
+	ids := make([]ID, len(roots))
+	for i, r := range roots {
+		if r == in.Rank && isRoot {
+			ids[i] = own
+			continue
+		}
+		v, err := e.KV.Get(r, key, e.Timeout)
+		if err != nil {
+			if errors.Is(err, pmixkv.ErrTimeout) {
+				return nil, fmt.Errorf("ncclid: no NCCL ID from root rank %d within %v (key %s); "+
+					"did it exit or never call the library? %w", r, e.Timeout, key, err)
+			}
+			return nil, fmt.Errorf("ncclid: NCCL ID from root rank %d: %w", r, err)
+		}
+		switch {
+		case len(v) == 1+Bytes && v[0] == 1:
+			copy(ids[i][:], v[1:])
+		case len(v) >= 1 && v[0] == 0:
+			return nil, fmt.Errorf("ncclid: root rank %d: %s: %w", r, v[1:], ErrRoot)
+		default:
+			return nil, fmt.Errorf("ncclid: value of %s from rank %d is %d bytes, expected %d", key, r, len(v), 1+Bytes)
+		}
+	}
+	return ids, nil
+}

@@ -1,0 +1,283 @@
+package ncclid
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpubind/gpubind/pmixkv"
+	"github.com/gpubind/gpubind/tests/stubnccl"
+)
+
+func TestRootRanks(t *testing.T) {
+	for _, c := range []struct {
+		size, n int
+		want    string
+	}{
+		{300, 3, "[0 100 200]"}, {7, 3, "[0 3 5]"}, {1, 1, "[0]"}, {16, 16, "[0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]"},
+		{10, 4, "[0 3 6 8]"}, {257, 3, "[0 86 172]"},
+	} {
+		got, err := RootRanks(c.size, c.n)
+		if err != nil || fmt.Sprint(got) != c.want {
+			t.Errorf("RootRanks(%d, %d) = %v, %v; want %s", c.size, c.n, got, err, c.want)
+		}
+		// Cross-check against NCCL's documented rankHasRoot.
+		var ref []int
+		for r := 0; r < c.size; r++ {
+			if rankHasRoot(r, c.size, c.n) {
+				ref = append(ref, r)
+			}
+		}
+		if fmt.Sprint(ref) != fmt.Sprint(got) {
+			t.Errorf("size %d n %d: rankHasRoot gives %v, RootRanks %v", c.size, c.n, ref, got)
+		}
+	}
+	for _, c := range [][2]int{{0, 1}, {4, 0}, {4, 5}} {
+		if _, err := RootRanks(c[0], c[1]); err == nil {
+			t.Errorf("RootRanks(%d, %d) accepted", c[0], c[1])
+		}
+	}
+	for size, want := range map[int]int{1: 1, 128: 1, 129: 2, 300: 3, 1024: 8} {
+		if got := DefaultRoots(size); got != want {
+			t.Errorf("DefaultRoots(%d) = %d, want %d", size, got, want)
+		}
+	}
+}
+
+// rankHasRoot is the function in NCCL's documentation of ncclCommInitRankScalable.
+func rankHasRoot(rank, nRanks, nIds int) bool {
+	rmr, rpr := nRanks%nIds, nRanks/nIds
+	rlim := rmr * (rpr + 1)
+	if rank < rlim {
+		return rank%(rpr+1) == 0
+	}
+	return (rank-rlim)%rpr == 0
+}
+
+func TestParseMode(t *testing.T) {
+	if m, err := ParseMode("fence"); err != nil || m != Fenced {
+		t.Fatal(m, err)
+	}
+	if m, err := ParseMode(""); err != nil || m != Direct {
+		t.Fatal(m, err)
+	}
+	if _, err := ParseMode("bcast"); err == nil {
+		t.Fatal("bcast accepted")
+	}
+}
+
+// job runs fn on every rank of an in-memory job, each with its own Exchanger.
+type callLog struct {
+	mu    sync.Mutex
+	ranks []int
+}
+
+func runJob(t *testing.T, size int, nodeOf func(int) int, mode Mode, fn func(e *Exchanger) (any, error)) ([]any, *pmixkv.MemJob, *callLog) {
+	t.Helper()
+	job, err := pmixkv.NewMemJob(size, nodeOf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := &callLog{}
+	out := make([]any, size)
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	var ctr atomic.Uint64
+	for r := 0; r < size; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			e := &Exchanger{KV: job.Rank(r), Mode: mode, Timeout: 20 * time.Second, NewID: func() (ID, error) {
+				calls.mu.Lock()
+				calls.ranks = append(calls.ranks, r)
+				calls.mu.Unlock()
+				var id ID
+				copy(id[:], fmt.Sprintf("id-%d-%d", r, ctr.Add(1)))
+				return id, nil
+			}}
+			out[r], errs[r] = fn(e)
+		}(r)
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return out, job, calls
+}
+
+func TestWorldDirectAndFenced(t *testing.T) {
+	for _, mode := range []Mode{Direct, Fenced} {
+		out, job, calls := runJob(t, 8, func(r int) int { return r / 4 }, mode, func(e *Exchanger) (any, error) {
+			a, err := e.World()
+			if err != nil {
+				return nil, err
+			}
+			b, err := e.World() // a second collective gets a fresh ID under a fresh key
+			return [2]ID{a, b}, err
+		})
+		first := out[0].([2]ID)
+		if first[0] == first[1] {
+			t.Errorf("%v: two World calls gave the same ID", mode)
+		}
+		for r, o := range out {
+			if o.([2]ID) != first {
+				t.Errorf("%v: rank %d IDs differ from rank 0", mode, r)
+			}
+		}
+		if fmt.Sprint(calls.ranks) != "[0 0]" {
+			t.Errorf("%v: generator called by ranks %v, want [0 0]", mode, calls.ranks)
+		}
+		wantFences := 0
+		if mode == Fenced {
+			wantFences = 16
+		}
+		if job.Fences() != wantFences {
+			t.Errorf("%v: %d fences, want %d", mode, job.Fences(), wantFences)
+		}
+	}
+}
+
+func TestScalable(t *testing.T) {
+	out, _, calls := runJob(t, 7, nil, Direct, func(e *Exchanger) (any, error) { return e.Scalable(3) })
+	ids := out[0].([]ID)
+	if len(ids) != 3 {
+		t.Fatalf("%d IDs", len(ids))
+	}
+	for r, o := range out {
+		if fmt.Sprint(o) != fmt.Sprint(ids) {
+			t.Errorf("rank %d IDs differ", r)
+		}
+	}
+	for i, root := range []int{0, 3, 5} {
+		if !strings.HasPrefix(string(ids[i][:]), fmt.Sprintf("id-%d-", root)) {
+			t.Errorf("ID %d made by %q, want root %d", i, ids[i][:8], root)
+		}
+	}
+	if len(calls.ranks) != 3 {
+		t.Errorf("generator calls %v", calls.ranks)
+	}
+	// Default count: one ID for up to 128 ranks.
+	out, _, _ = runJob(t, 3, nil, Direct, func(e *Exchanger) (any, error) { return e.Scalable(0) })
+	if len(out[2].([]ID)) != 1 {
+		t.Errorf("default count gave %d IDs", len(out[2].([]ID)))
+	}
+}
+
+func TestGroups(t *testing.T) {
+	nodeOf := func(r int) int { return r / 3 }
+	for _, mode := range []Mode{Direct, Fenced} {
+		out, _, calls := runJob(t, 6, nodeOf, mode, func(e *Exchanger) (any, error) {
+			n, err := e.Group(NodeColor)
+			if err != nil {
+				return nil, err
+			}
+			c, err := e.Group(e.KV.Info().Rank % 2)
+			return [2]Group{n, c}, err
+		})
+		for r, o := range out {
+			g := o.([2]Group)
+			node, col := g[0], g[1]
+			wantRoot := r / 3 * 3
+			if node.Root != wantRoot || node.Size != 3 || node.Rank != r%3 || node.ID != out[wantRoot].([2]Group)[0].ID {
+				t.Errorf("%v rank %d node group %+v", mode, r, node)
+			}
+			if col.Root != r%2 || col.Size != 3 || col.Rank != r/2 || col.ID != out[r%2].([2]Group)[1].ID || col.Color != r%2 {
+				t.Errorf("%v rank %d color group %+v", mode, r, col)
+			}
+		}
+		if out[0].([2]Group)[0].ID == out[3].([2]Group)[0].ID || out[0].([2]Group)[1].ID == out[1].([2]Group)[1].ID {
+			t.Errorf("%v: different groups share an ID", mode)
+		}
+		if len(calls.ranks) != 4 {
+			t.Errorf("%v: generator calls %v, want 4 (2 nodes + 2 colors)", mode, calls.ranks)
+		}
+	}
+	job, _ := pmixkv.NewMemJob(1, nil)
+	e := &Exchanger{KV: job.Rank(0)}
+	if _, err := e.Group(-5); err == nil {
+		t.Error("color -5 accepted")
+	}
+}
+
+func TestRootFailureReachesOthers(t *testing.T) {
+	job, _ := pmixkv.NewMemJob(3, nil)
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for r := 0; r < 3; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			e := &Exchanger{KV: job.Rank(r), Timeout: time.Minute, NewID: func() (ID, error) {
+				return ID{}, errors.New("no NCCL here")
+			}}
+			_, errs[r] = e.World()
+		}(r)
+	}
+	wg.Wait()
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "no NCCL here") {
+		t.Errorf("root: %v", errs[0])
+	}
+	for r := 1; r < 3; r++ {
+		if !errors.Is(errs[r], ErrRoot) || !strings.Contains(errs[r].Error(), "no NCCL here") {
+			t.Errorf("rank %d: %v", r, errs[r])
+		}
+	}
+}
+
+func TestDeadRootTimesOut(t *testing.T) {
+	job, _ := pmixkv.NewMemJob(2, nil)
+	e := &Exchanger{KV: job.Rank(1), Timeout: 50 * time.Millisecond}
+	_, err := e.World()
+	if !errors.Is(err, pmixkv.ErrTimeout) || !strings.Contains(err.Error(), "root rank 0") {
+		t.Fatalf("err = %v, want a timeout naming root rank 0", err)
+	}
+}
+
+func TestLibWithStub(t *testing.T) {
+	dir := t.TempDir()
+	lib, err := stubnccl.Build(dir)
+	if err != nil {
+		t.Skip(err) // no C compiler
+	}
+	// Before the stub is loaded, the process has no ncclGetUniqueId and a bad path must fail.
+	// (After the dlopen below, RTLD_GLOBAL makes the stub's symbol the process's own.)
+	if _, err := Lib(filepath.Join(dir, "nope.so"))(); err == nil || !strings.Contains(err.Error(), "nope.so") {
+		t.Errorf("missing library: %v", err)
+	}
+	logf := filepath.Join(dir, "calls")
+	t.Setenv("STUBNCCL_LOG", logf)
+	t.Setenv("PMIX_RANK", "7")
+	gen := Lib(lib)
+	a, err := gen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := gen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a == b || a == (ID{}) {
+		t.Fatalf("stub IDs not distinct random: %v %v", a, b)
+	}
+	data, err := os.ReadFile(logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%d 7 %x\n%d 7 %x\n", os.Getpid(), a[:], os.Getpid(), b[:])
+	if !bytes.Equal(data, []byte(want)) {
+		t.Errorf("log %q, want %q", data, want)
+	}
+	t.Setenv("STUBNCCL_FAIL", "3")
+	if _, err := gen(); err == nil || !strings.Contains(err.Error(), "ncclResult_t 3") {
+		t.Errorf("failing ncclGetUniqueId: %v", err)
+	}
+}

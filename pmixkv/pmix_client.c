@@ -1,0 +1,333 @@
+/* The PMIx calls of package pmixkv. Kept out of Go preambles so <pmix.h> reaches no generated
+ * header (see DESIGN.md section 4). */
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <pthread.h>
+#include <time.h>
+
+#include <pmix.h>
+
+#include "pmix_client.h"
+
+int pk_err_timeout(void) { return PMIX_ERR_TIMEOUT; }
+int pk_err_unreach(void) { return PMIX_ERR_UNREACH; }
+int pk_err_not_found(void) { return PMIX_ERR_NOT_FOUND; }
+uint32_t pk_rank_wildcard(void) { return PMIX_RANK_WILDCARD; }
+
+const char *pk_strerror(int rc) { return PMIx_Error_string(rc); }
+
+int pk_init(char *nspace, size_t nspace_len, uint32_t *rank)
+{
+    pmix_proc_t me;
+    memset(&me, 0, sizeof(me));
+    pmix_status_t rc = PMIx_Init(&me, NULL, 0);
+    if (rc != PMIX_SUCCESS)
+        return rc;
+    if (nspace_len == 0)
+        return PMIX_ERR_BAD_PARAM;
+    strncpy(nspace, me.nspace, nspace_len - 1);
+    nspace[nspace_len - 1] = '\0';
+    *rank = me.rank;
+    return PMIX_SUCCESS;
+}
+
+int pk_finalize(void) { return PMIx_Finalize(NULL, 0); }
+
+/* A non-blocking request waited for with our own deadline. PMIX_TIMEOUT alone is not enough:
+ * Slurm's mpi/pmix forwards a Get for a remote rank's key to that node and waits there with its
+ * own timeout (PMIxTimeout, 300 s by default), ignoring the client's. When our deadline passes
+ * first, the caller gives up and the request is abandoned: the callback, which may still come,
+ * frees it (refs counts the caller and the callback). */
+struct req {
+    pmix_proc_t proc[1]; /* the nb calls may read these after returning: keep them here */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;
+    int done;
+    pmix_status_t rc;
+    pmix_value_t *val; /* copy of the Get's value, owned by the request until taken */
+    pmix_info_t info[2];
+    size_t ninfo;
+};
+
+static struct req *req_new(void)
+{
+    struct req *r = calloc(1, sizeof(*r));
+    pthread_condattr_t ca;
+    if (r == NULL)
+        return NULL;
+    if (pthread_condattr_init(&ca) != 0) {
+        free(r);
+        return NULL;
+    }
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (pthread_mutex_init(&r->mu, NULL) != 0 || pthread_cond_init(&r->cv, &ca) != 0) {
+        pthread_condattr_destroy(&ca);
+        free(r);
+        return NULL;
+    }
+    pthread_condattr_destroy(&ca);
+    r->refs = 2;
+    return r;
+}
+
+/* req_put drops one reference; the last one frees. Called with r->mu held; unlocks it. */
+static void req_put(struct req *r)
+{
+    int last = --r->refs == 0;
+    pthread_mutex_unlock(&r->mu);
+    if (!last)
+        return;
+    for (size_t i = 0; i < r->ninfo; i++)
+        PMIX_INFO_DESTRUCT(&r->info[i]);
+    if (r->val != NULL)
+        PMIX_VALUE_RELEASE(r->val);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+static void req_finish(struct req *r, pmix_status_t rc)
+{
+    pthread_mutex_lock(&r->mu);
+    r->rc = rc;
+    r->done = 1;
+    pthread_cond_broadcast(&r->cv);
+    req_put(r);
+}
+
+static void get_cb(pmix_status_t status, pmix_value_t *kv, void *cbdata)
+{
+    struct req *r = cbdata;
+    /* kv belongs to PMIx and is released after we return: copy it. */
+    if (status == PMIX_SUCCESS && kv != NULL) {
+        PMIX_VALUE_CREATE(r->val, 1);
+        if (r->val == NULL)
+            status = PMIX_ERR_NOMEM;
+        else if ((status = PMIx_Value_xfer(r->val, kv)) != PMIX_SUCCESS) {
+            PMIX_VALUE_RELEASE(r->val);
+            r->val = NULL;
+        }
+    } else if (status == PMIX_SUCCESS) {
+        status = PMIX_ERR_NOT_FOUND;
+    }
+    req_finish(r, status);
+}
+
+static void op_cb(pmix_status_t status, void *cbdata) { req_finish(cbdata, status); }
+
+/* req_wait waits until the callback ran or timeout_ms passed; takes *val when asked. Returns
+ * the request's status or PMIX_ERR_TIMEOUT, and drops the caller's reference. */
+static pmix_status_t req_wait(struct req *r, int timeout_ms, pmix_value_t **val)
+{
+    struct timespec dl;
+    pmix_status_t rc;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += timeout_ms / 1000;
+    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&r->mu);
+    while (!r->done) {
+        int e = pthread_cond_timedwait(&r->cv, &r->mu, &dl);
+        if (e == ETIMEDOUT && !r->done) {
+            req_put(r);
+            return PMIX_ERR_TIMEOUT;
+        }
+    }
+    rc = r->rc;
+    if (val != NULL) {
+        *val = r->val;
+        r->val = NULL;
+    }
+    req_put(r);
+    return rc;
+}
+
+static void load_timeout(struct req *r, int timeout_ms)
+{
+    int s = (timeout_ms + 999) / 1000;
+    PMIX_INFO_LOAD(&r->info[r->ninfo], PMIX_TIMEOUT, &s, PMIX_INT);
+    r->ninfo++;
+}
+
+/* get fetches key of (nspace, rank). timeout_ms > 0 adds PMIX_TIMEOUT (without it a same-node
+ * Get gives up after about 2 s) and bounds the wait here as well. */
+static int get(const char *nspace, uint32_t rank, const char *key, int timeout_ms, pmix_value_t **val)
+{
+    pmix_proc_t proc;
+    pmix_status_t rc;
+
+    *val = NULL;
+    if (timeout_ms <= 0) {
+        memset(&proc, 0, sizeof(proc));
+        PMIX_LOAD_PROCID(&proc, nspace, rank);
+        rc = PMIx_Get(&proc, key, NULL, 0, val);
+    } else {
+        struct req *r = req_new();
+        if (r == NULL)
+            return PMIX_ERR_NOMEM;
+        PMIX_LOAD_PROCID(r->proc, nspace, rank);
+        load_timeout(r, timeout_ms);
+        rc = PMIx_Get_nb(r->proc, key, r->info, r->ninfo, get_cb, r);
+        if (rc != PMIX_SUCCESS) {
+            pthread_mutex_lock(&r->mu);
+            r->refs--; /* the callback will not run */
+            req_put(r);
+            return rc;
+        }
+        rc = req_wait(r, timeout_ms, val);
+    }
+    if (rc == PMIX_SUCCESS && *val == NULL)
+        rc = PMIX_ERR_NOT_FOUND;
+    return rc;
+}
+
+int pk_get_number(const char *nspace, uint32_t rank, const char *key, int timeout_ms, uint64_t *out)
+{
+    pmix_value_t *v = NULL;
+    pmix_status_t rc = get(nspace, rank, key, timeout_ms, &v);
+    if (rc != PMIX_SUCCESS)
+        return rc;
+    /* Launchers differ in the types they use (Slurm and Open MPI): convert by type. */
+    rc = PMIX_SUCCESS;
+    switch (v->type) {
+    case PMIX_UINT8: *out = v->data.uint8; break;
+    case PMIX_UINT16: *out = v->data.uint16; break;
+    case PMIX_UINT32: *out = v->data.uint32; break;
+    case PMIX_UINT64: *out = v->data.uint64; break;
+    case PMIX_UINT: *out = v->data.uint; break;
+    case PMIX_SIZE: *out = v->data.size; break;
+    case PMIX_PROC_RANK: *out = v->data.rank; break;
+    case PMIX_INT8: if (v->data.int8 < 0) rc = PMIX_ERR_BAD_PARAM; else *out = (uint64_t)v->data.int8; break;
+    case PMIX_INT16: if (v->data.int16 < 0) rc = PMIX_ERR_BAD_PARAM; else *out = (uint64_t)v->data.int16; break;
+    case PMIX_INT32: if (v->data.int32 < 0) rc = PMIX_ERR_BAD_PARAM; else *out = (uint64_t)v->data.int32; break;
+    case PMIX_INT64: if (v->data.int64 < 0) rc = PMIX_ERR_BAD_PARAM; else *out = (uint64_t)v->data.int64; break;
+    case PMIX_INT: if (v->data.integer < 0) rc = PMIX_ERR_BAD_PARAM; else *out = (uint64_t)v->data.integer; break;
+    case PMIX_STRING: {
+        char *end = NULL;
+        if (v->data.string == NULL || v->data.string[0] == '\0') {
+            rc = PMIX_ERR_BAD_PARAM;
+            break;
+        }
+        errno = 0;
+        unsigned long long n = strtoull(v->data.string, &end, 10);
+        if (errno != 0 || *end != '\0')
+            rc = PMIX_ERR_BAD_PARAM;
+        else
+            *out = n;
+        break;
+    }
+    default: rc = PMIX_ERR_TYPE_MISMATCH; break;
+    }
+    PMIX_VALUE_RELEASE(v);
+    return rc;
+}
+
+int pk_get_string(const char *nspace, uint32_t rank, const char *key, int timeout_ms, char **out)
+{
+    pmix_value_t *v = NULL;
+    pmix_status_t rc = get(nspace, rank, key, timeout_ms, &v);
+    if (rc != PMIX_SUCCESS)
+        return rc;
+    if (v->type != PMIX_STRING || v->data.string == NULL) {
+        PMIX_VALUE_RELEASE(v);
+        return PMIX_ERR_TYPE_MISMATCH;
+    }
+    *out = strdup(v->data.string);
+    PMIX_VALUE_RELEASE(v);
+    return *out ? PMIX_SUCCESS : PMIX_ERR_NOMEM;
+}
+
+int pk_get_bytes(const char *nspace, uint32_t rank, const char *key, int timeout_ms, void **out,
+                 size_t *len)
+{
+    pmix_value_t *v = NULL;
+    const void *src;
+    size_t n;
+    pmix_status_t rc = get(nspace, rank, key, timeout_ms, &v);
+    if (rc != PMIX_SUCCESS)
+        return rc;
+    if (v->type == PMIX_BYTE_OBJECT) {
+        src = v->data.bo.bytes;
+        n = v->data.bo.size;
+    } else if (v->type == PMIX_STRING && v->data.string != NULL) {
+        src = v->data.string;
+        n = strlen(v->data.string);
+    } else {
+        PMIX_VALUE_RELEASE(v);
+        return PMIX_ERR_TYPE_MISMATCH;
+    }
+    *out = NULL;
+    *len = n;
+    if (n > 0) {
+        *out = malloc(n);
+        if (*out == NULL) {
+            PMIX_VALUE_RELEASE(v);
+            return PMIX_ERR_NOMEM;
+        }
+        memcpy(*out, src, n);
+    }
+    PMIX_VALUE_RELEASE(v);
+    return PMIX_SUCCESS;
+}
+
+int pk_put_bytes(const char *key, const void *data, size_t len)
+{
+    pmix_value_t v;
+    pmix_status_t rc;
+    PMIX_VALUE_CONSTRUCT(&v);
+    v.type = PMIX_BYTE_OBJECT;
+    v.data.bo.size = len;
+    v.data.bo.bytes = NULL;
+    if (len > 0) {
+        v.data.bo.bytes = malloc(len);
+        if (v.data.bo.bytes == NULL)
+            return PMIX_ERR_NOMEM;
+        memcpy(v.data.bo.bytes, data, len);
+    }
+    rc = PMIx_Put(PMIX_GLOBAL, key, &v);
+    PMIX_VALUE_DESTRUCT(&v);
+    return rc;
+}
+
+int pk_commit(void) { return PMIx_Commit(); }
+
+int pk_fence(const char *nspace, int collect, int timeout_ms)
+{
+    bool flag = collect != 0;
+    pmix_status_t rc;
+    struct req *r = req_new();
+
+    if (r == NULL)
+        return PMIX_ERR_NOMEM;
+    PMIX_LOAD_PROCID(r->proc, nspace, PMIX_RANK_WILDCARD);
+    if (collect) {
+        PMIX_INFO_LOAD(&r->info[r->ninfo], PMIX_COLLECT_DATA, &flag, PMIX_BOOL);
+        r->ninfo++;
+    }
+    if (timeout_ms > 0)
+        load_timeout(r, timeout_ms);
+/* GCC 12 misreads the heap-allocated proc array here as a 256-byte region (a false positive
+ * of -Wstringop-overread; the same call shape in get() passes). */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstringop-overread"
+#endif
+    rc = PMIx_Fence_nb(r->proc, 1, r->info, r->ninfo, op_cb, r);
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#pragma GCC diagnostic pop
+#endif
+    if (rc != PMIX_SUCCESS) {
+        pthread_mutex_lock(&r->mu);
+        r->refs--;
+        req_put(r);
+        return rc;
+    }
+    /* No timeout: wait as long as it takes (INT32_MAX ms, about 24 days). */
+    return req_wait(r, timeout_ms > 0 ? timeout_ms : INT32_MAX, NULL);
+}

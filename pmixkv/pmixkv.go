@@ -1,0 +1,89 @@
+// Package pmixkv is a small key-value view of a parallel job: who am I (rank, local rank,
+// node), and Put/Commit/Fence/Get to exchange a few bytes between ranks.
+//
+// Client talks to a real PMIx server (srun --mpi=pmix, mpirun). Mem is an in-memory job for
+// unit tests. Open picks the PMIx client and falls back to launcher variables only for a job
+// of one process, where no exchange is needed.
+package pmixkv
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Info describes this process's place in its job.
+type Info struct {
+	Namespace  string // PMIx namespace ("" without a server)
+	Rank       int    // global rank, 0..Size-1
+	Size       int    // number of processes in the job
+	LocalRank  int    // rank among the job's processes on this node
+	LocalSize  int    // the job's processes on this node
+	NodeID     int    // 0..NumNodes-1 (launcher's numbering)
+	NumNodes   int    // nodes hosting the job's processes
+	Hostname   string // this node's name, "" if unknown
+	LocalPeers []int  // global ranks on this node, ascending
+	Source     string // where the facts came from: "pmix", "slurm-env", "ompi-env" or "singleton"
+}
+
+// KV is what ID distribution needs from a job: a put/commit/fence/get store shared by its ranks.
+// Implementations must be safe for concurrent use.
+type KV interface {
+	Info() Info
+	// Put stages a value under key for this rank; others see it after Commit.
+	Put(key string, value []byte) error
+	// Commit publishes the staged values.
+	Commit() error
+	// Fence waits for every rank of the job; collect asks to bring all committed data local.
+	Fence(collect bool, timeout time.Duration) error
+	// Get returns the value rank committed under key, waiting up to timeout for it.
+	Get(rank int, key string, timeout time.Duration) ([]byte, error)
+	// Close releases the store (for Client: the last Close finalizes PMIx).
+	Close() error
+}
+
+// Errors that callers may test with errors.Is.
+var (
+	ErrTimeout  = errors.New("timed out")
+	ErrNotFound = errors.New("key not found")
+	// ErrNoServer means PMIx_Init found no server (PMIX_ERR_UNREACH).
+	ErrNoServer = errors.New("no PMIx server")
+	// ErrNeedServer is returned by Open when the job has more than one process but no
+	// PMIx server to exchange data through.
+	ErrNeedServer = errors.New("a job of several processes needs a PMIx server")
+)
+
+// ValidKey reports whether key may be used with Put/Get: non-empty, printable ASCII without
+// spaces, at most 500 bytes (PMIX_MAX_KEYLEN is 511), and not starting with "pmix", which PMIx
+// reserves.
+func ValidKey(key string) error {
+	if key == "" {
+		return errors.New("pmixkv: empty key")
+	}
+	if len(key) > 500 {
+		return fmt.Errorf("pmixkv: key %.20q... is %d bytes, expected at most 500", key, len(key))
+	}
+	if strings.HasPrefix(strings.ToLower(key), "pmix") {
+		return fmt.Errorf("pmixkv: key %q starts with \"pmix\", which PMIx reserves", key)
+	}
+	for _, r := range key {
+		if r <= ' ' || r > '~' {
+			return fmt.Errorf("pmixkv: key %q holds %q, expected printable ASCII without spaces", key, r)
+		}
+	}
+	return nil
+}
+
+// timeoutMillis converts a timeout for the C side, which counts milliseconds (0 = wait
+// forever): round up so a short positive timeout never becomes "forever".
+func timeoutMillis(d time.Duration) int {
+	if d <= 0 {
+		return 0
+	}
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	if ms > 1<<30 {
+		ms = 1 << 30
+	}
+	return int(ms)
+}

@@ -1,0 +1,125 @@
+package pmixkv
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestValidKey(t *testing.T) {
+	for _, k := range []string{"gpubind.ncclid.1", "a", "x-y_z.0"} {
+		if err := ValidKey(k); err != nil {
+			t.Errorf("ValidKey(%q) = %v, want nil", k, err)
+		}
+	}
+	for _, k := range []string{"", "pmix.foo", "PMIX_x", "a b", "ü", strings.Repeat("k", 501)} {
+		if err := ValidKey(k); err == nil {
+			t.Errorf("ValidKey(%q) = nil, want error", k)
+		}
+	}
+}
+
+func TestTimeoutMillis(t *testing.T) {
+	for d, want := range map[time.Duration]int{0: 0, -time.Second: 0, time.Microsecond: 1, time.Second: 1000, 1500 * time.Microsecond: 2} {
+		if got := timeoutMillis(d); got != want {
+			t.Errorf("timeoutMillis(%v) = %d, want %d", d, got, want)
+		}
+	}
+}
+
+func TestParseRanks(t *testing.T) {
+	got, err := parseRanks("3,1, 2")
+	if err != nil || len(got) != 3 || got[0] != 1 || got[2] != 3 {
+		t.Fatalf("parseRanks = %v, %v", got, err)
+	}
+	if _, err := parseRanks("0,x"); err == nil {
+		t.Fatal("parseRanks(0,x) = nil error")
+	}
+}
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestEnvInfo(t *testing.T) {
+	in, err := EnvInfo(env(nil))
+	if err != nil || in.Source != "singleton" || in.Size != 1 || in.Rank != 0 {
+		t.Fatalf("empty env: %+v, %v", in, err)
+	}
+	in, err = EnvInfo(env(map[string]string{"SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}))
+	if err != nil || in.Source != "slurm-env" || in.Size != 1 || in.LocalSize != 1 {
+		t.Fatalf("slurm size 1: %+v, %v", in, err)
+	}
+	in, err = EnvInfo(env(map[string]string{"SLURM_STEP_ID": "0", "SLURM_PROCID": "2", "SLURM_NTASKS": "4"}))
+	if err != nil || in.Size != 4 || in.Rank != 2 {
+		t.Fatalf("slurm size 4: %+v, %v", in, err)
+	}
+	if _, err := EnvInfo(env(map[string]string{"SLURM_STEP_ID": "0", "SLURM_PROCID": "x", "SLURM_NTASKS": "4"})); err == nil || !strings.Contains(err.Error(), "SLURM_PROCID") {
+		t.Fatalf("bad SLURM_PROCID: %v", err)
+	}
+	in, err = EnvInfo(env(map[string]string{"OMPI_COMM_WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "0"}))
+	if err != nil || in.Source != "ompi-env" || in.Size != 1 {
+		t.Fatalf("ompi: %+v, %v", in, err)
+	}
+}
+
+func TestMemJob(t *testing.T) {
+	job, err := NewMemJob(4, func(r int) int { return r / 2 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := job.Rank(3).Info()
+	if in.LocalRank != 1 || in.LocalSize != 2 || in.NodeID != 1 || in.NumNodes != 2 || len(in.LocalPeers) != 2 || in.LocalPeers[0] != 2 {
+		t.Fatalf("rank 3 info %+v", in)
+	}
+	if _, err := NewMemJob(2, func(r int) int { return 2 * r }); err == nil {
+		t.Fatal("gap in node ids accepted")
+	}
+	// Values are invisible before Commit, visible after.
+	r0, r1 := job.Rank(0), job.Rank(1)
+	if err := r0.Put("k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r1.Get(0, "k", 10*time.Millisecond); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Get before commit: %v, want timeout", err)
+	}
+	if err := r0.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := r1.Get(0, "k", time.Second); err != nil || string(v) != "v" {
+		t.Fatalf("Get after commit: %q, %v", v, err)
+	}
+	// A Get waits for a later commit.
+	done := make(chan error)
+	go func() {
+		v, err := r1.Get(0, "late", 10*time.Second)
+		if err == nil && string(v) != "x" {
+			err = errors.New("wrong value " + string(v))
+		}
+		done <- err
+	}()
+	_ = r0.Put("late", []byte("x"))
+	_ = r0.Commit()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Fence is a barrier of all four ranks.
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for r := 0; r < 4; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			errs[r] = job.Rank(r).Fence(true, 10*time.Second)
+		}(r)
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d fence: %v", r, err)
+		}
+	}
+	if err := job.Rank(0).Fence(false, 10*time.Millisecond); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("lone fence: %v, want timeout", err)
+	}
+}

@@ -1,0 +1,360 @@
+/* ghtest: drives libgpuhelper for tests/helper (the Go tests one directory up). One mode per run:
+ *   info NIDS   init, then scalable IDs (NIDS, 0 = gpuhelper_scalable_count), a node group and a
+ *               color group (color = rank % 3); prints one parseable line per fact
+ *   die0        rank 0 exits at once; the others must fail with GPUHELPER_ETIMEOUT
+ *   late0 SECS  rank 0 sleeps SECS before init; the others must time out, rank 0 succeeds
+ *   twice       init twice in a row: same answer
+ *   threads     two threads call init at the same time: same answer
+ *   fork        fork before and after init: the children get GPUHELPER_EFORK
+ *   expect CODE init must return CODE (a number); prints the message
+ *   userfn      gpuhelper_set_nccl_get_unique_id with a function of this program
+ *   badargs     argument checks
+ * Lines start with a tag (INFO, SCAL, NODE, COLOR, TIME, OK, FAIL) and the rank. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <gpuhelper.h>
+
+static void hex(const unsigned char *b, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int env_rank(void)
+{
+    const char *names[] = {"PMIX_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"};
+    for (size_t i = 0; i < 3; i++) {
+        const char *v = getenv(names[i]);
+        if (v != NULL && *v != '\0')
+            return atoi(v);
+    }
+    return 0;
+}
+
+static int fail(const char *what, int rc)
+{
+    printf("FAIL %d %s: rc %d %s | %s\n", env_rank(), what, rc, gpuhelper_strerror(rc), gpuhelper_last_error());
+    fflush(stdout);
+    return 1;
+}
+
+static int init(gpuhelper_info_t *info)
+{
+    memset(info, 0, sizeof(*info));
+    info->struct_size = sizeof(*info);
+    double t0 = now();
+    int rc = gpuhelper_init(info);
+    double t1 = now();
+    if (rc == 0)
+        printf("TIME %d %.6f\n", info->rank, t1 - t0);
+    return rc;
+}
+
+/* finalize: launchers (mpirun) treat a process that initialised PMIx and exits without
+ * finalizing as failed. */
+static int finalize(void)
+{
+    int rc = gpuhelper_finalize();
+    return rc == 0 ? 0 : fail("gpuhelper_finalize", rc);
+}
+
+static int mode_info(int nids)
+{
+    gpuhelper_info_t info;
+    char h[2 * 128 * 64 + 64];
+    char host[256] = "";
+    int rc = init(&info);
+    if (rc != 0)
+        return fail("gpuhelper_init", rc);
+    if (gethostname(host, sizeof(host) - 1) != 0)
+        strcpy(host, "?");
+    hex(info.nccl_id, sizeof(info.nccl_id), h);
+    printf("INFO %d %d %d %d %d %d %ld %d %s %s %s %s\n", info.rank, info.size, info.local_rank,
+           info.local_size, info.node_id, info.num_nodes, (long)getpid(), info.cuda_device,
+           info.pci_bus_id[0] ? info.pci_bus_id : "-", info.gpu_uuid[0] ? info.gpu_uuid : "-", host, h);
+
+    const char *order = getenv("CUDA_DEVICE_ORDER");
+    printf("ORDER %d %s\n", info.rank, order ? order : "(unset)");
+
+    if (nids == 0) {
+        nids = gpuhelper_scalable_count();
+        if (nids < 0)
+            return fail("gpuhelper_scalable_count", nids);
+    }
+    if (nids > 64)
+        return fail("nids > 64 in this test program", GPUHELPER_EINVAL);
+    unsigned char *ids = calloc((size_t)nids, GPUHELPER_NCCL_ID_BYTES);
+    if (ids == NULL)
+        return fail("calloc", GPUHELPER_EINTERNAL);
+    rc = gpuhelper_scalable_ids(nids, ids, (size_t)nids * GPUHELPER_NCCL_ID_BYTES);
+    if (rc != 0)
+        return fail("gpuhelper_scalable_ids", rc);
+    printf("SCAL %d %d", info.rank, nids);
+    for (int i = 0; i < nids; i++) {
+        hex(ids + (size_t)i * GPUHELPER_NCCL_ID_BYTES, GPUHELPER_NCCL_ID_BYTES, h);
+        printf(" %s", h);
+    }
+    printf("\n");
+    free(ids);
+
+    gpuhelper_group_t g = {.struct_size = sizeof(g)};
+    rc = gpuhelper_group_id(GPUHELPER_COLOR_NODE, &g);
+    if (rc != 0)
+        return fail("gpuhelper_group_id(node)", rc);
+    hex(g.nccl_id, sizeof(g.nccl_id), h);
+    printf("NODE %d %d %d %d %s\n", info.rank, g.rank, g.size, g.root, h);
+
+    gpuhelper_group_t c = {.struct_size = sizeof(c)};
+    rc = gpuhelper_group_id(info.rank % 3, &c);
+    if (rc != 0)
+        return fail("gpuhelper_group_id(color)", rc);
+    hex(c.nccl_id, sizeof(c.nccl_id), h);
+    printf("COLOR %d %d %d %d %d %s\n", info.rank, c.color, c.rank, c.size, c.root, h);
+    fflush(stdout);
+    rc = gpuhelper_finalize();
+    if (rc != 0)
+        return fail("gpuhelper_finalize", rc);
+    return 0;
+}
+
+static int mode_expect(int want)
+{
+    gpuhelper_info_t info;
+    int rc = init(&info);
+    printf("%s %d rc %d %s | %s\n", rc == want ? "OK" : "FAIL", env_rank(), rc, gpuhelper_strerror(rc),
+           gpuhelper_last_error());
+    if (rc == 0 && finalize() != 0)
+        return 1;
+    return rc == want ? 0 : 1;
+}
+
+static int mode_die0(void)
+{
+    if (env_rank() == 0)
+        _exit(0); /* never publishes the ID */
+    return mode_expect(GPUHELPER_ETIMEOUT);
+}
+
+static int mode_late0(int secs)
+{
+    if (env_rank() == 0) {
+        /* Rank 0 publishes long after the others gave up; its init still succeeds, and its
+         * finalize may time out waiting for ranks that have left. */
+        gpuhelper_info_t info;
+        sleep((unsigned)secs);
+        int rc = init(&info);
+        if (rc != 0)
+            return fail("late init", rc);
+        rc = gpuhelper_finalize();
+        if (rc != 0 && rc != GPUHELPER_ETIMEOUT)
+            return fail("late finalize", rc);
+        printf("OK 0 late0\n");
+        return 0;
+    }
+    return mode_expect(GPUHELPER_ETIMEOUT);
+}
+
+static int same(const gpuhelper_info_t *a, const gpuhelper_info_t *b)
+{
+    return a->rank == b->rank && a->size == b->size && a->local_rank == b->local_rank &&
+           a->cuda_device == b->cuda_device && strcmp(a->pci_bus_id, b->pci_bus_id) == 0 &&
+           memcmp(a->nccl_id, b->nccl_id, sizeof(a->nccl_id)) == 0;
+}
+
+static int mode_twice(void)
+{
+    gpuhelper_info_t a, b;
+    int rc = init(&a);
+    if (rc != 0)
+        return fail("first init", rc);
+    rc = init(&b);
+    if (rc != 0)
+        return fail("second init", rc);
+    if (!same(&a, &b))
+        return fail("second init gave a different answer", GPUHELPER_EINTERNAL);
+    printf("OK %d twice\n", a.rank);
+    return finalize();
+}
+
+struct thr {
+    gpuhelper_info_t info;
+    int rc;
+};
+
+static void *thread_init(void *arg)
+{
+    struct thr *t = arg;
+    t->rc = init(&t->info);
+    return NULL;
+}
+
+static int mode_threads(void)
+{
+    struct thr t[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        if (pthread_create(&th[i], NULL, thread_init, &t[i]) != 0)
+            return fail("pthread_create", GPUHELPER_EINTERNAL);
+    for (int i = 0; i < 2; i++)
+        if (pthread_join(th[i], NULL) != 0)
+            return fail("pthread_join", GPUHELPER_EINTERNAL);
+    if (t[0].rc != 0 || t[1].rc != 0)
+        return fail("init in a thread", t[0].rc ? t[0].rc : t[1].rc);
+    if (!same(&t[0].info, &t[1].info))
+        return fail("threads got different answers", GPUHELPER_EINTERNAL);
+    printf("OK %d threads\n", t[0].info.rank);
+    return finalize();
+}
+
+/* child_check runs in a forked child: every export must refuse (or, for the plain-C ones,
+ * answer) without entering Go. The parent's alarm catches a hang. */
+static int fork_check(const char *when)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0)
+        return fail("fork", GPUHELPER_EINTERNAL);
+    if (pid == 0) {
+        alarm(20);
+        gpuhelper_info_t info = {.struct_size = sizeof(info)};
+        gpuhelper_group_t g = {.struct_size = sizeof(g)};
+        unsigned char id[GPUHELPER_NCCL_ID_BYTES];
+        int ok = gpuhelper_init(&info) == GPUHELPER_EFORK && gpuhelper_finalize() == GPUHELPER_EFORK &&
+                 gpuhelper_scalable_count() == GPUHELPER_EFORK &&
+                 gpuhelper_scalable_ids(1, id, sizeof(id)) == GPUHELPER_EFORK &&
+                 gpuhelper_group_id(0, &g) == GPUHELPER_EFORK &&
+                 gpuhelper_set_nccl_get_unique_id(NULL) == GPUHELPER_EFORK &&
+                 strstr(gpuhelper_strerror(GPUHELPER_EFORK), "GPUHELPER_EFORK") != NULL &&
+                 strstr(gpuhelper_last_error(), "fork") != NULL && strcmp(gpuhelper_version(), "") != 0;
+        printf("%s %d fork-%s child: %s\n", ok ? "OK" : "FAIL", env_rank(), when, gpuhelper_last_error());
+        fflush(stdout);
+        _exit(ok ? 0 : 1);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) != pid)
+        return fail("waitpid", GPUHELPER_EINTERNAL);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        return fail("forked child", GPUHELPER_EFORK);
+    return 0;
+}
+
+static int mode_fork(void)
+{
+    gpuhelper_info_t info;
+    if (fork_check("before-init") != 0)
+        return 1;
+    int rc = init(&info);
+    if (rc != 0)
+        return fail("init", rc);
+    if (fork_check("after-init") != 0)
+        return 1;
+    /* The parent still works. */
+    rc = init(&info);
+    if (rc != 0)
+        return fail("init after fork", rc);
+    printf("OK %d fork\n", info.rank);
+    return finalize();
+}
+
+static int user_fn(void *id)
+{
+    memset(id, 0xab, GPUHELPER_NCCL_ID_BYTES);
+    return 0;
+}
+
+static int mode_userfn(void)
+{
+    gpuhelper_info_t info;
+    int rc = gpuhelper_set_nccl_get_unique_id(user_fn);
+    if (rc != 0)
+        return fail("set_nccl_get_unique_id", rc);
+    rc = init(&info);
+    if (rc != 0)
+        return fail("init", rc);
+    for (int i = 0; i < GPUHELPER_NCCL_ID_BYTES; i++)
+        if (info.nccl_id[i] != 0xab)
+            return fail("ID not from the user function", GPUHELPER_EINTERNAL);
+    printf("OK %d userfn\n", info.rank);
+    return finalize();
+}
+
+static int mode_badargs(void)
+{
+    gpuhelper_info_t info;
+    unsigned char id[GPUHELPER_NCCL_ID_BYTES];
+    gpuhelper_group_t g = {.struct_size = sizeof(g)};
+    int rc;
+    if ((rc = gpuhelper_scalable_count()) != GPUHELPER_ENOTINIT)
+        return fail("scalable_count before init", rc);
+    if ((rc = gpuhelper_init(NULL)) != GPUHELPER_EINVAL)
+        return fail("init(NULL)", rc);
+    memset(&info, 0, sizeof(info));
+    info.struct_size = sizeof(info) - 1;
+    if ((rc = gpuhelper_init(&info)) != GPUHELPER_EINVAL || strstr(gpuhelper_last_error(), "struct_size") == NULL)
+        return fail("init with a small struct_size", rc);
+    if ((rc = init(&info)) != 0)
+        return fail("init", rc);
+    if ((rc = gpuhelper_scalable_ids(2, id, sizeof(id))) != GPUHELPER_EINVAL)
+        return fail("scalable_ids: 2 IDs in a job of 1 / short buffer", rc);
+    if ((rc = gpuhelper_scalable_ids(1, id, sizeof(id) - 1)) != GPUHELPER_EINVAL || strstr(gpuhelper_last_error(), "ids_bytes") == NULL)
+        return fail("scalable_ids: short buffer", rc);
+    if ((rc = gpuhelper_group_id(-7, &g)) != GPUHELPER_EINVAL || strstr(gpuhelper_last_error(), "color -7") == NULL)
+        return fail("group_id(-7)", rc);
+    g.struct_size = 0;
+    if ((rc = gpuhelper_group_id(0, &g)) != GPUHELPER_EINVAL)
+        return fail("group_id with struct_size 0", rc);
+    if ((rc = gpuhelper_finalize()) != 0 || (rc = gpuhelper_finalize()) != 0)
+        return fail("finalize twice", rc);
+    if ((rc = gpuhelper_scalable_ids(1, id, sizeof(id))) != GPUHELPER_ENOTINIT)
+        return fail("scalable_ids after finalize", rc);
+    if (strcmp(gpuhelper_strerror(12345), "GPUHELPER_E?: unknown error code") != 0)
+        return fail("strerror(12345)", GPUHELPER_EINTERNAL);
+    printf("OK %d badargs version %s header %d.%d.%d\n", info.rank, gpuhelper_version(), GPUHELPER_VERSION_MAJOR,
+           GPUHELPER_VERSION_MINOR, GPUHELPER_VERSION_PATCH);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 2) {
+        fprintf(stderr, "gpubind: usage: ghtest MODE [ARG]\n");
+        return 2;
+    }
+    const char *m = argv[1];
+    int arg = argc > 2 ? atoi(argv[2]) : 0;
+    if (strcmp(m, "info") == 0)
+        return mode_info(arg);
+    if (strcmp(m, "die0") == 0)
+        return mode_die0();
+    if (strcmp(m, "late0") == 0)
+        return mode_late0(arg);
+    if (strcmp(m, "twice") == 0)
+        return mode_twice();
+    if (strcmp(m, "threads") == 0)
+        return mode_threads();
+    if (strcmp(m, "fork") == 0)
+        return mode_fork();
+    if (strcmp(m, "expect") == 0)
+        return mode_expect(arg);
+    if (strcmp(m, "userfn") == 0)
+        return mode_userfn();
+    if (strcmp(m, "badargs") == 0)
+        return mode_badargs();
+    fprintf(stderr, "gpubind: ghtest: unknown mode %s\n", m);
+    return 2;
+}

@@ -1,0 +1,320 @@
+package helper
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestHeader compiles gpuhelper.h alone as strict C99 and as C++17.
+func TestHeader(t *testing.T) {
+	needSetup(t)
+	src := `#include <gpuhelper.h>
+#include <string.h>
+int use(void);
+int use(void) {
+    gpuhelper_info_t info;
+    gpuhelper_group_t g;
+    unsigned char ids[2 * GPUHELPER_NCCL_ID_BYTES];
+    memset(&info, 0, sizeof(info));
+    memset(&g, 0, sizeof(g));
+    info.struct_size = sizeof(info);
+    g.struct_size = sizeof(g);
+    if (gpuhelper_init(&info) != GPUHELPER_SUCCESS) return 1;
+    if (gpuhelper_scalable_ids(gpuhelper_scalable_count(), ids, sizeof(ids)) != 0) return 2;
+    if (gpuhelper_group_id(GPUHELPER_COLOR_NODE, &g) != 0) return 3;
+    (void)gpuhelper_set_nccl_get_unique_id((gpuhelper_nccl_get_unique_id_fn)0);
+    (void)gpuhelper_strerror(GPUHELPER_ETIMEOUT);
+    (void)gpuhelper_last_error();
+    (void)gpuhelper_version();
+    return gpuhelper_finalize() + GPUHELPER_VERSION_MAJOR + GPUHELPER_VERSION_MINOR + GPUHELPER_VERSION_PATCH;
+}
+`
+	dir := t.TempDir()
+	for _, c := range []struct {
+		compiler, file string
+		flags          []string
+	}{
+		{"cc", "h.c", []string{"-std=c99"}},
+		{"c++", "h.cc", []string{"-std=c++17"}},
+	} {
+		if _, err := exec.LookPath(c.compiler); err != nil {
+			t.Errorf("%s not installed", c.compiler)
+			continue
+		}
+		p := filepath.Join(dir, c.file)
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args := append(c.flags, "-Wall", "-Wextra", "-pedantic", "-Werror", "-I", filepath.Join(repoRoot, "lib"), "-c", p, "-o", p+".o")
+		if out, err := exec.Command(c.compiler, args...).CombinedOutput(); err != nil {
+			t.Errorf("%s %s: %v\n%s", c.compiler, strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// TestLibraryFile checks the shared object: SONAME, only the API exported, no NVML.
+func TestLibraryFile(t *testing.T) {
+	needSetup(t)
+	so := filepath.Join(libBuild, "libgpuhelper.so.1")
+	out, err := exec.Command("readelf", "-d", so).CombinedOutput()
+	if err != nil {
+		t.Fatalf("readelf: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "Library soname: [libgpuhelper.so.1]") {
+		t.Errorf("no SONAME libgpuhelper.so.1:\n%s", out)
+	}
+	if strings.Contains(string(out), "nvidia-ml") {
+		t.Errorf("links NVML:\n%s", out)
+	}
+	out, err = exec.Command("nm", "-D", "--defined-only", so).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nm: %v\n%s", err, out)
+	}
+	re := regexp.MustCompile(`^gpuhelper_[a-z_]+@@GPUHELPER_1\.0$|^GPUHELPER_1\.0$`)
+	n := 0
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(l)
+		sym := f[len(f)-1]
+		if !re.MatchString(sym) {
+			t.Errorf("exported symbol %q is not part of the API", sym)
+		}
+		n++
+	}
+	if n != 10 {
+		t.Errorf("%d dynamic symbols, want 9 functions and the version node:\n%s", n, out)
+	}
+	// The header's version macros and the library's version agree.
+	h, _ := os.ReadFile(filepath.Join(repoRoot, "lib/gpuhelper.h"))
+	var v [3]string
+	for i, m := range []string{"MAJOR", "MINOR", "PATCH"} {
+		mm := regexp.MustCompile(`#define GPUHELPER_VERSION_` + m + ` (\d+)`).FindSubmatch(h)
+		if mm == nil {
+			t.Fatalf("GPUHELPER_VERSION_%s missing from gpuhelper.h", m)
+		}
+		v[i] = string(mm[1])
+	}
+	pc, _ := os.ReadFile(filepath.Join(repoRoot, "lib/gpuhelper.pc.in"))
+	if !strings.Contains(string(pc), "Version: "+strings.Join(v[:], ".")) {
+		t.Errorf("gpuhelper.pc.in version differs from the header's %s", strings.Join(v[:], "."))
+	}
+	main, _ := os.ReadFile(filepath.Join(repoRoot, "lib/main.go"))
+	if !strings.Contains(string(main), `const Version = "`+strings.Join(v[:], ".")+`"`) {
+		t.Errorf("lib/main.go Version differs from the header's %s", strings.Join(v[:], "."))
+	}
+}
+
+// TestPkgConfigLink builds hello the way a user does, with default flags, and runs it with
+// LD_BIND_NOW=1 (every symbol resolved at start: no NVML-style unresolved symbols).
+func TestPkgConfigLink(t *testing.T) {
+	needSetup(t)
+	env := append(os.Environ(), "PKG_CONFIG_PATH="+filepath.Join(libBuild, "pkgconfig"))
+	cmd := exec.Command("pkg-config", "--cflags", "--libs", "gpuhelper")
+	cmd.Env = env
+	flags, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("pkg-config gpuhelper: %v", err)
+	}
+	exe := filepath.Join(t.TempDir(), "hello")
+	args := append([]string{filepath.Join(repoRoot, "examples/hello.c"), "-o", exe}, strings.Fields(string(flags))...)
+	if out, err := exec.Command("cc", args...).CombinedOutput(); err != nil {
+		t.Fatalf("cc %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	out, err := launch(t, cleanEnv(os.Environ(), "LD_BIND_NOW=1", "GPUHELPER_NCCL_LIBRARY="+stubLib), time.Minute, exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out, "hello: rank 0/1 local 0/1 node 0/1") {
+		t.Errorf("hello printed %q", out)
+	}
+}
+
+// TestSingleton runs ghtest without a launcher: a job of one, where no PMIx server is needed,
+// and the error paths that need no job.
+func TestSingleton(t *testing.T) {
+	needSetup(t)
+	stub := "GPUHELPER_NCCL_LIBRARY=" + stubLib
+	for _, c := range []struct {
+		name string
+		env  []string
+		args []string
+		want string // in an OK line
+	}{
+		{"badargs", nil, []string{"badargs"}, "badargs"},
+		{"userfn", nil, []string{"userfn"}, "userfn"},
+		{"twice", nil, []string{"twice"}, "twice"},
+		{"threads", nil, []string{"threads"}, "threads"},
+		{"fork", nil, []string{"fork"}, "fork"},
+		{"Slurm step of 4 without PMIx", []string{"SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=4"}, []string{"expect", "-2"}, "srun --mpi=pmix"},
+		{"Open MPI env of 2 without PMIx", []string{"OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=0"}, []string{"expect", "-2"}, "launch with `srun --mpi=pmix`"},
+		{"Slurm step of 1 without PMIx", []string{"SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=1"}, []string{"expect", "0"}, "SUCCESS"},
+		{"bad GPUHELPER_TIMEOUT", []string{"GPUHELPER_TIMEOUT=soon"}, []string{"expect", "-9"}, `GPUHELPER_TIMEOUT="soon"`},
+		{"bad GPUHELPER_EXCHANGE", []string{"GPUHELPER_EXCHANGE=bcast"}, []string{"expect", "-9"}, `"bcast"`},
+		{"bad GPUBIND_PCI_BUS_IDS", []string{"GPUBIND_GPUS=3", "GPUBIND_PCI_BUS_IDS=zz"}, []string{"expect", "-7"}, "GPUBIND_PCI_BUS_IDS"},
+		{"failing ncclGetUniqueId", []string{"STUBNCCL_FAIL=3"}, []string{"expect", "-5"}, "ncclResult_t 3"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := launch(t, cleanEnv(os.Environ(), append(c.env, stub)...), time.Minute, bin("ghtest"), c.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkOK(t, out, 1, c.args[0], c.want)
+		})
+	}
+	t.Run("no NCCL at all", func(t *testing.T) {
+		out, err := launch(t, cleanEnv(os.Environ(), "GPUHELPER_NCCL_LIBRARY=/nonexistent/libnccl.so.2"), time.Minute, bin("ghtest_dl"), "expect", "-5")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOK(t, out, 1, "expect", "/nonexistent/libnccl.so.2")
+	})
+}
+
+// gpuFixture makes a sysfs/procfs tree with NVIDIA GPUs at the given bus ids.
+func gpuFixture(t *testing.T, buses ...string) string {
+	t.Helper()
+	root := t.TempDir()
+	_ = os.Chmod(root, 0o755)
+	for i, b := range buses {
+		d := filepath.Join(root, "sys/bus/pci/devices", b)
+		p := filepath.Join(root, "proc/driver/nvidia/gpus", b)
+		for _, err := range []error{
+			os.MkdirAll(d, 0o755), os.MkdirAll(p, 0o755),
+			os.WriteFile(filepath.Join(d, "vendor"), []byte("0x10de\n"), 0o644),
+			os.WriteFile(filepath.Join(d, "class"), []byte("0x030200\n"), 0o644),
+			os.WriteFile(filepath.Join(p, "information"), []byte(fmt.Sprintf("GPU UUID: \t GPU-%d\n", i)), 0o644),
+		} {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return root
+}
+
+// TestGPUChoice checks what the library reports as the GPU, through the C API.
+func TestGPUChoice(t *testing.T) {
+	needSetup(t)
+	root := gpuFixture(t, "0000:db:00.0", "0000:1b:00.0", "0000:3b:00.0")
+	base := []string{"GPUHELPER_SYSROOT=" + root, "GPUHELPER_NCCL_LIBRARY=" + stubLib}
+	for _, c := range []struct {
+		name      string
+		env       []string
+		cuda      int
+		bus, uuid string
+		order     string
+	}{
+		{"PCI order", nil, 0, "0000:1b:00.0", "GPU-1", "PCI_BUS_ID"},
+		{"CUDA_VISIBLE_DEVICES index", []string{"CUDA_VISIBLE_DEVICES=2,0"}, 0, "0000:db:00.0", "GPU-0", "PCI_BUS_ID"},
+		{"CUDA_VISIBLE_DEVICES uuid", []string{"CUDA_VISIBLE_DEVICES=GPU-2"}, 0, "0000:3b:00.0", "GPU-2", "PCI_BUS_ID"},
+		{"no GPU visible", []string{"CUDA_VISIBLE_DEVICES="}, -1, "-", "-", "PCI_BUS_ID"},
+		{"plugin variables", []string{"CUDA_VISIBLE_DEVICES=5", "CUDA_DEVICE_ORDER=PCI_BUS_ID", "GPUBIND_GPUS=5", "GPUBIND_PCI_BUS_IDS=00000000:9A:00.0", "GPUBIND_UUIDS=GPU-x", "GPUBIND_NUMA=1"}, 0, "0000:9a:00.0", "GPU-x", "PCI_BUS_ID"},
+		{"order chosen by the user", []string{"CUDA_DEVICE_ORDER=FASTEST_FIRST"}, 0, "0000:1b:00.0", "GPU-1", "FASTEST_FIRST"},
+		{"libcuda already loaded", []string{"LD_PRELOAD=" + fakeCuda(t)}, 0, "0000:1b:00.0", "GPU-1", "(unset)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := launch(t, cleanEnv(os.Environ(), append(base, c.env...)...), time.Minute, bin("ghtest"), "info", "1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var info []string
+			order := ""
+			for _, l := range strings.Split(out, "\n") {
+				f := strings.Fields(l)
+				if len(f) > 0 && f[0] == "INFO" {
+					info = f
+				}
+				if len(f) > 2 && f[0] == "ORDER" {
+					order = f[2]
+				}
+			}
+			if len(info) != 13 {
+				t.Fatalf("no INFO line:\n%s", out)
+			}
+			if info[8] != fmt.Sprint(c.cuda) || info[9] != c.bus || info[10] != c.uuid || order != c.order {
+				t.Errorf("cuda %s bus %s uuid %s order %s; want %d %s %s %s", info[8], info[9], info[10], order, c.cuda, c.bus, c.uuid, c.order)
+			}
+		})
+	}
+	// Local rank modulo the visible GPUs, under a launcher.
+	t.Run("mpirun local ranks", func(t *testing.T) {
+		out, err := mpirun(t, base, 4, bin("ghtest"), "info", "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"0000:1b:00.0", "0000:3b:00.0", "0000:db:00.0", "0000:1b:00.0"}
+		n := 0
+		for _, l := range strings.Split(out, "\n") {
+			f := strings.Fields(l)
+			if len(f) == 13 && f[0] == "INFO" {
+				r := atoi(t, f[1])
+				if f[8] != fmt.Sprint(r%3) || f[9] != want[r] {
+					t.Errorf("rank %d: cuda %s bus %s, want %d %s", r, f[8], f[9], r%3, want[r])
+				}
+				n++
+			}
+		}
+		if n != 4 {
+			t.Errorf("%d INFO lines:\n%s", n, out)
+		}
+	})
+}
+
+// fakeCuda builds an empty libcuda.so.1 to preload: the library must then leave
+// CUDA_DEVICE_ORDER alone, since CUDA may already have read it.
+func fakeCuda(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "cuda.c")
+	so := filepath.Join(dir, "libcuda.so.1")
+	if err := os.WriteFile(src, []byte("int gpubind_fake_cuda;\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", so, src).CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v\n%s", err, out)
+	}
+	return so
+}
+
+// TestExamples builds the examples through examples/Makefile (pkg-config gpuhelper from the
+// build tree) in a copy of the directory. Without nvcc, nccl_allreduce.cu is only
+// syntax-checked as C++ against cudastub/, declarations of the CUDA and NCCL calls it uses.
+func TestExamples(t *testing.T) {
+	needSetup(t)
+	dir := t.TempDir()
+	for _, f := range []string{"Makefile", "hello.c", "nccl_allreduce.cu"} {
+		b, err := os.ReadFile(filepath.Join(repoRoot, "examples", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("make", "-C", dir, "PKG_CONFIG_PATH="+filepath.Join(libBuild, "pkgconfig"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -C examples: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "hello")); err != nil {
+		t.Errorf("examples/Makefile built no hello:\n%s", out)
+	}
+	if _, err := exec.LookPath("nvcc"); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, "nccl_allreduce")); err != nil {
+			t.Errorf("nvcc present but no nccl_allreduce built:\n%s", out)
+		}
+		return
+	}
+	t.Log("nvcc not installed: nccl_allreduce.cu gets a C++ syntax check against tests/helper/cudastub only")
+	args := []string{"-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", "-x", "c++",
+		"-I", filepath.Join(repoRoot, "tests/helper/cudastub"), "-I", filepath.Join(repoRoot, "lib"),
+		filepath.Join(repoRoot, "examples/nccl_allreduce.cu")}
+	if out, err := exec.Command("c++", args...).CombinedOutput(); err != nil {
+		t.Errorf("c++ %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}

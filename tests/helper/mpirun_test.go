@@ -1,0 +1,109 @@
+package helper
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+func mpirun(t *testing.T, extraEnv []string, n int, args ...string) (string, error) {
+	t.Helper()
+	if _, err := exec.LookPath("mpirun"); err != nil {
+		t.Skip("mpirun (Open MPI) not installed")
+	}
+	env := cleanEnv(os.Environ(), append([]string{"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"}, extraEnv...)...)
+	return launch(t, env, 3*time.Minute, "mpirun", append([]string{"--oversubscribe", "-n", fmt.Sprint(n)}, args...)...)
+}
+
+func TestMpirunInfo(t *testing.T) {
+	needSetup(t)
+	for _, c := range []struct {
+		n, nids int
+		prog    string
+		mode    string
+	}{
+		{1, 1, "ghtest", "direct"}, {4, 2, "ghtest_dl", "direct"}, {8, 3, "ghtest", "direct"}, {16, 3, "ghtest", "direct"},
+		{8, 0, "ghtest", "fence"},
+	} {
+		t.Run(fmt.Sprintf("n=%d/%s/%s", c.n, c.prog, c.mode), func(t *testing.T) {
+			log := stubLogPath(t)
+			env := []string{"STUBNCCL_LOG=" + log, "GPUHELPER_EXCHANGE=" + c.mode, "GPUHELPER_TIMEOUT=60"}
+			if c.prog == "ghtest_dl" {
+				env = append(env, "GPUHELPER_NCCL_LIBRARY="+stubLib)
+			}
+			out, err := mpirun(t, env, c.n, bin(c.prog), "info", fmt.Sprint(c.nids))
+			if err != nil {
+				t.Fatal(err)
+			}
+			nids := c.nids
+			if nids == 0 {
+				nids = 1 // ceil(8/128)
+			}
+			checkInfo(t, out, c.n, 1, nids, log)
+		})
+	}
+}
+
+// TestMpirunErrors: rank 0 exits before it publishes; rank 0 publishes too late; init twice,
+// from two threads, and around fork.
+func TestMpirunErrors(t *testing.T) {
+	needSetup(t)
+	for _, c := range []struct {
+		name string
+		n    int
+		env  []string
+		args []string
+		want string
+	}{
+		{"rank 0 exits before Put", 3, []string{"GPUHELPER_TIMEOUT=3"}, []string{"die0"}, "GPUHELPER_ETIMEOUT"},
+		{"timeout", 3, []string{"GPUHELPER_TIMEOUT=2"}, []string{"late0", "6"}, "GPUHELPER_ETIMEOUT"},
+		{"root's ncclGetUniqueId fails", 3, []string{"STUBNCCL_FAIL=3", "GPUHELPER_TIMEOUT=120"}, []string{"expect", "-5"}, "ncclResult_t 3"},
+		{"second init", 4, nil, []string{"twice"}, "twice"},
+		{"two threads", 4, nil, []string{"threads"}, "threads"},
+		{"fork", 2, nil, []string{"fork"}, "fork"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := mpirun(t, c.env, c.n, append([]string{bin("ghtest")}, c.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkOK(t, out, c.n, c.args[0], c.want)
+		})
+	}
+}
+
+// checkOK wants an OK line mentioning want from every rank that should report (all but rank
+// 0 for die0), and no FAIL line.
+func checkOK(t *testing.T, out string, n int, mode, want string) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		switch f[0] {
+		case "FAIL":
+			t.Errorf("%s", l)
+		case "OK":
+			if strings.Contains(l, want) || (mode == "late0" && f[1] == "0") {
+				seen[f[1]] = true
+			}
+		}
+	}
+	first := 0
+	if mode == "die0" {
+		first = 1
+	}
+	for r := first; r < n; r++ {
+		if !seen[fmt.Sprint(r)] {
+			t.Errorf("rank %d: no OK line with %q", r, want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s", out)
+	}
+}

@@ -1,0 +1,89 @@
+package helper
+
+import (
+	"fmt"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/gpubind/gpubind/tests/cluster"
+)
+
+// srun runs args under srun on c with extra environment (srun exports it to the tasks).
+func srun(t testing.TB, c *cluster.Cluster, extraEnv []string, args ...string) (string, error) {
+	t.Helper()
+	return launch(t, cleanEnv(c.Env(), extraEnv...), 3*time.Minute, "srun", args...)
+}
+
+// TestSrun runs the library under a real Slurm PMIx server (mpi/pmix) on a private cluster of
+// two nodes: steps on one and on two nodes. -O (overcommit): the nodes have 2 CPUs each.
+func TestSrun(t *testing.T) {
+	needSetup(t)
+	if _, err := exec.LookPath("srun"); err != nil {
+		t.Skip("Slurm not installed (make deps)")
+	}
+	c := cluster.StartT(t, cluster.Config{Nodes: 2})
+	for _, tc := range []struct{ nodes, n, nids int }{
+		{1, 1, 1}, {1, 4, 2}, {1, 8, 0}, {1, 16, 3},
+		{2, 2, 2}, {2, 4, 2}, {2, 8, 0}, {2, 16, 3},
+	} {
+		t.Run(fmt.Sprintf("info/N=%d/n=%d", tc.nodes, tc.n), func(t *testing.T) {
+			log := stubLogPath(t)
+			out, err := srun(t, c, []string{"STUBNCCL_LOG=" + log, "GPUHELPER_TIMEOUT=60"},
+				"--mpi=pmix", "-O", fmt.Sprintf("-N%d", tc.nodes), fmt.Sprintf("-n%d", tc.n), bin("ghtest"), "info", fmt.Sprint(tc.nids))
+			if err != nil {
+				t.Fatal(err)
+			}
+			nids := tc.nids
+			if nids == 0 {
+				nids = 1
+			}
+			checkInfo(t, out, tc.n, tc.nodes, nids, log)
+		})
+	}
+	t.Run("fence mode/N=2/n=8", func(t *testing.T) {
+		log := stubLogPath(t)
+		out, err := srun(t, c, []string{"STUBNCCL_LOG=" + log, "GPUHELPER_EXCHANGE=fence", "GPUHELPER_NCCL_LIBRARY=" + stubLib},
+			"--mpi=pmix", "-O", "-N2", "-n8", bin("ghtest_dl"), "info", "2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkInfo(t, out, 8, 2, 2, log)
+	})
+	for _, tc := range []struct {
+		name string
+		n    int
+		env  []string
+		args []string
+		want string
+	}{
+		{"rank 0 exits before Put", 4, []string{"GPUHELPER_TIMEOUT=3"}, []string{"die0"}, "GPUHELPER_ETIMEOUT"},
+		{"timeout", 3, []string{"GPUHELPER_TIMEOUT=2"}, []string{"late0", "6"}, "GPUHELPER_ETIMEOUT"},
+		{"second init", 4, nil, []string{"twice"}, "twice"},
+		{"two threads", 4, nil, []string{"threads"}, "threads"},
+		{"fork", 2, nil, []string{"fork"}, "fork"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := srun(t, c, tc.env, append([]string{"--mpi=pmix", "-O", "-N2", fmt.Sprintf("-n%d", tc.n), bin("ghtest")}, tc.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkOK(t, out, tc.n, tc.args[0], tc.want)
+		})
+	}
+	// srun without PMIx: a step of several tasks cannot exchange the ID; each task must say so.
+	t.Run("no PMIx server/n=2", func(t *testing.T) {
+		out, err := srun(t, c, nil, "--mpi=none", "-O", "-N2", "-n2", bin("ghtest"), "expect", "-2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOK(t, out, 2, "expect", "srun --mpi=pmix")
+	})
+	t.Run("no PMIx server/n=1", func(t *testing.T) {
+		out, err := srun(t, c, nil, "--mpi=none", "-n1", bin("ghtest"), "expect", "0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOK(t, out, 1, "expect", "GPUHELPER_SUCCESS")
+	})
+}

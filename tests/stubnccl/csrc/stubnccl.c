@@ -1,0 +1,71 @@
+/* A stand-in libnccl.so.2 for CPU-only tests: only ncclGetUniqueId. Each call returns 128
+ * random bytes and, when STUBNCCL_LOG names a file, appends "pid rank hex" to it (rank from the
+ * launcher's variables, -1 if none), so tests can check which process made each ID.
+ * STUBNCCL_FAIL=N makes it return N instead (a failing root). Build:
+ *   cc -shared -fPIC -Wl,-soname,libnccl.so.2 -o libnccl.so.2 stubnccl.c */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#define ID_BYTES 128
+
+static const char *rank_env(void)
+{
+    const char *names[] = {"PMIX_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const char *v = getenv(names[i]);
+        if (v != NULL && *v != '\0')
+            return v;
+    }
+    return "-1";
+}
+
+__attribute__((visibility("default"))) int ncclGetUniqueId(void *id)
+{
+    unsigned char buf[ID_BYTES];
+    const char *fail = getenv("STUBNCCL_FAIL");
+    if (fail != NULL && *fail != '\0')
+        return atoi(fail);
+    if (id == NULL)
+        return 4; /* ncclInvalidArgument */
+    for (size_t got = 0; got < sizeof(buf);) {
+        ssize_t n = getrandom(buf + got, sizeof(buf) - got, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            fprintf(stderr, "gpubind: stubnccl: getrandom: %s\n", strerror(errno));
+            return 2; /* ncclSystemError */
+        }
+        got += (size_t)n;
+    }
+    memcpy(id, buf, sizeof(buf));
+    const char *log = getenv("STUBNCCL_LOG");
+    if (log != NULL && *log != '\0') {
+        char line[64 + 2 * ID_BYTES];
+        int off = snprintf(line, sizeof(line), "%ld %s ", (long)getpid(), rank_env());
+        if (off < 0 || (size_t)off >= sizeof(line) - 2 * ID_BYTES - 2)
+            return 2;
+        for (size_t i = 0; i < ID_BYTES; i++)
+            off += snprintf(line + off, sizeof(line) - (size_t)off, "%02x", buf[i]);
+        line[off++] = '\n';
+        int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            fprintf(stderr, "gpubind: stubnccl: open %s: %s\n", log, strerror(errno));
+            return 2;
+        }
+        /* One write with O_APPEND: lines of concurrent processes do not interleave. */
+        ssize_t w = write(fd, line, (size_t)off);
+        int saved = errno;
+        close(fd);
+        if (w != off) {
+            fprintf(stderr, "gpubind: stubnccl: write %s: %s\n", log, w < 0 ? strerror(saved) : "short write");
+            return 2;
+        }
+    }
+    return 0;
+}
