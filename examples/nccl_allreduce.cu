@@ -2,8 +2,8 @@
  *
  *   gpuhelper_init -> cudaSetDevice -> ncclCommInitRank -> float all-reduce -> sum check
  *
- * Every rank fills its buffer with rank+1; after the sum all-reduce every element must be
- * size*(size+1)/2. Prints each rank's place, GPU, bus id, the first bytes of the NCCL ID, the
+ * Every rank fills its buffer with its communicator rank+1; after the sum all-reduce every
+ * element must be size*(size+1)/2 for the communicator's size. Prints each rank's place, GPU, bus id, the first bytes of the NCCL ID, the
  * check and the times. Run with a launcher that has a PMIx server (or alone, as 1 rank):
  *   srun --mpi=pmix --gpu-bind-topo -N2 --ntasks-per-node=8 ./nccl_allreduce [COUNT [ITERS]]
  *   mpirun -n 8 ./nccl_allreduce
@@ -95,17 +95,48 @@ int main(int argc, char **argv)
     char bus[32];
     CUDA_CHECK(cudaDeviceGetPCIBusId(bus, (int)sizeof(bus), dev));
 
-    /* 3. The communicator, from the ID every rank received. */
+    /* 3. The communicator, from the ID every rank received. With
+     * GPUHELPER_EXAMPLE_GROUP=node|rank the communicator is a sub-communicator instead: one per
+     * node, or one per rank (a one-rank communicator each, which lets several processes share
+     * one GPU, where NCCL refuses two ranks of one communicator). */
     ncclUniqueId id;
     memcpy(&id, info.nccl_id, sizeof(id));
+    int comm_rank = info.rank, comm_size = info.size;
+    const char *group = getenv("GPUHELPER_EXAMPLE_GROUP");
+    if (group != NULL && group[0] != '\0') {
+        gpuhelper_group_t g;
+        memset(&g, 0, sizeof(g));
+        g.struct_size = sizeof(g);
+        int color;
+        if (strcmp(group, "node") == 0)
+            color = GPUHELPER_COLOR_NODE;
+        else if (strcmp(group, "rank") == 0)
+            color = info.rank;
+        else {
+            fprintf(stderr, "nccl_allreduce: GPUHELPER_EXAMPLE_GROUP=%s: expected node or rank\n", group);
+            return 2;
+        }
+        rc = gpuhelper_group_id(color, &g);
+        if (rc != GPUHELPER_SUCCESS) {
+            fprintf(stderr, "nccl_allreduce: gpuhelper_group_id: %s\n  %s\n", gpuhelper_strerror(rc), gpuhelper_last_error());
+            return 1;
+        }
+        memcpy(&id, g.nccl_id, sizeof(id));
+        comm_rank = g.rank;
+        comm_size = g.size;
+        printf("nccl_allreduce: rank %d: group %s color %d: rank %d/%d, root %d, group nccl_id %02x%02x%02x%02x%02x%02x%02x%02x...\n",
+               info.rank, group, g.color, g.rank, g.size, g.root, g.nccl_id[0], g.nccl_id[1], g.nccl_id[2],
+               g.nccl_id[3], g.nccl_id[4], g.nccl_id[5], g.nccl_id[6], g.nccl_id[7]);
+        fflush(stdout);
+    }
     ncclComm_t comm;
     t0 = now_ms();
-    NCCL_CHECK(ncclCommInitRank(&comm, info.size, id, info.rank));
+    NCCL_CHECK(ncclCommInitRank(&comm, comm_size, id, comm_rank));
     double t_comm = now_ms() - t0;
 
     /* 4. A float all-reduce (sum). */
     size_t bytes = count * sizeof(float);
-    std::vector<float> host(count, (float)(info.rank + 1));
+    std::vector<float> host(count, (float)(comm_rank + 1));
     float *send = NULL, *recv = NULL;
     CUDA_CHECK(cudaMalloc((void **)&send, bytes));
     CUDA_CHECK(cudaMalloc((void **)&recv, bytes));
@@ -128,7 +159,7 @@ int main(int argc, char **argv)
 
     /* 5. The check: every element is 1 + 2 + ... + size (exact in float for these sizes). */
     CUDA_CHECK(cudaMemcpy(host.data(), recv, bytes, cudaMemcpyDeviceToHost));
-    double want = (double)info.size * (info.size + 1) / 2.0;
+    double want = (double)comm_size * (comm_size + 1) / 2.0;
     size_t bad = 0;
     for (size_t i = 0; i < count; i++)
         if ((double)host[i] != want)
@@ -136,7 +167,7 @@ int main(int argc, char **argv)
 
     /* Bus bandwidth as nccl-tests defines it for all-reduce: 2(n-1)/n of the algorithm rate. */
     double algbw = (double)bytes / (avg_ms / 1e3) / 1e9;
-    double busbw = info.size > 1 ? algbw * 2.0 * (info.size - 1) / info.size : 0.0;
+    double busbw = comm_size > 1 ? algbw * 2.0 * (comm_size - 1) / comm_size : 0.0;
     int nccl_version = 0;
     NCCL_CHECK(ncclGetVersion(&nccl_version));
     printf("nccl_allreduce: rank %d/%d node %d/%d local %d/%d: GPU %d (%s) bus %s (helper said cuda_device %d bus %s uuid %s) "

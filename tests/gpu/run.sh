@@ -33,7 +33,7 @@ export PATH=$PATH:/usr/local/cuda/bin
 failed=0
 section() { printf '\n==== %s\n' "$*"; }
 run() {
-	printf '$ %s\n' "$*"
+	printf '$ %s\n' "$*" >&2
 	"$@"
 	local rc=$?
 	[ $rc -eq 0 ] || { echo "FAIL: '$*' exited $rc"; failed=1; }
