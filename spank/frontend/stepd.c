@@ -208,13 +208,24 @@ static int build_request(spank_t sp, const char *option, struct req *r)
 	for (size_t i = 0; i < sizeof(request_env) / sizeof(request_env[0]);
 	     i++) {
 		char key[64];
-		char *v = getenv_alloc(sp, request_env[i], &failed);
+		char *v;
 
+		(void) snprintf(key, sizeof(key), "env.%s", request_env[i]);
+		/*
+		 * Where gres.conf lives is the daemon's business, not the user's:
+		 * slurmstepd's own SLURM_CONF wins over the job's (which the user
+		 * may set freely). The engine reads it after dropping to the
+		 * user, so either way it can read nothing the user cannot.
+		 */
+		if (!strcmp(request_env[i], "SLURM_CONF") && getenv("SLURM_CONF")) {
+			req_add(r, key, getenv("SLURM_CONF"));
+			continue;
+		}
+		v = getenv_alloc(sp, request_env[i], &failed);
 		if (failed)
 			return -1;
 		if (!v)
 			continue;
-		(void) snprintf(key, sizeof(key), "env.%s", request_env[i]);
 		req_add(r, key, v);
 		free(v);
 	}

@@ -83,9 +83,14 @@ func TestDGXOneNode(t *testing.T) {
 			}
 		}
 		// Slurm allocates GRES 0-3, all on NUMA 0: the CPU 0 tasks take
-		// them in order, and so do the CPU 1 tasks (fallback order).
+		// them in order; the CPU 1 tasks (NUMA 1 holds none of the step's
+		// GPUs) take them from the other end, so no GPU doubles up early.
 		for _, k := range tasks {
-			if want := dgxBus[k.Rank/2]; k.BusIDs != want || dgxNUMA(k.BusIDs) != 0 {
+			want := dgxBus[k.Rank/2]
+			if k.Rank%2 == 1 {
+				want = dgxBus[3-k.Rank/2]
+			}
+			if k.BusIDs != want || dgxNUMA(k.BusIDs) != 0 {
 				t.Errorf("task %d (CPU %s): %s, want %s", k.Rank, k.CPUs, k.BusIDs, want)
 			}
 		}
