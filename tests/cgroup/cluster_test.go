@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/gpubind/gpubind/tests/cluster"
+	"github.com/gpubind/gpubind/tests/testbuild"
 	"golang.org/x/sys/unix"
 )
 
@@ -36,25 +37,11 @@ func plugin(t *testing.T) string {
 	t.Helper()
 	tool(t)
 	pluginOnce.Do(func() {
-		root := repoRoot(t)
 		pluginDir = filepath.Join(buildDir, "plugin")
 		if pluginErr = os.MkdirAll(pluginDir, 0o755); pluginErr != nil {
 			return
 		}
-		fe := filepath.Join(root, "spank", "frontend")
-		cmds := [][]string{
-			{"make", "-s", "-C", fe, "BUILD=" + pluginDir},
-			{"go", "build", "-trimpath", "-buildmode=c-shared", "-o",
-				filepath.Join(pluginDir, "gpubind_engine.so"), "./spank/engine"},
-		}
-		for _, c := range cmds {
-			cmd := exec.Command(c[0], c[1:]...)
-			cmd.Dir = root
-			if out, err := cmd.CombinedOutput(); err != nil {
-				pluginErr = fmt.Errorf("%s: %v\n%s", strings.Join(c, " "), err, out)
-				return
-			}
-		}
+		pluginErr = testbuild.Plugin(pluginDir)
 	})
 	if pluginErr != nil {
 		t.Fatal(pluginErr)

@@ -5,12 +5,9 @@ package plugin
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpubind/gpubind/tests/cluster"
+	"github.com/gpubind/gpubind/tests/testbuild"
 )
 
 var (
@@ -27,10 +25,7 @@ var (
 	buildErr  error
 )
 
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
+func repoRoot() string { return testbuild.RepoRoot() }
 
 func fixture(name string) string { return filepath.Join(repoRoot(), "tests/fixtures", name) }
 
@@ -55,18 +50,7 @@ func pluginDirB(t testing.TB) string {
 		if buildErr = os.Chmod(buildDir, 0o755); buildErr != nil {
 			return
 		}
-		root := repoRoot()
-		for _, s := range [][]string{
-			{"make", "-s", "-C", filepath.Join(root, "spank/frontend"), "BUILD=" + buildDir},
-			{"go", "build", "-buildmode=c-shared", "-o", filepath.Join(buildDir, "gpubind_engine.so"), "./spank/engine"},
-		} {
-			cmd := exec.Command(s[0], s[1:]...)
-			cmd.Dir = root
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("%s: %v\n%s", strings.Join(s, " "), err, out)
-				return
-			}
-		}
+		buildErr = testbuild.Plugin(buildDir)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)

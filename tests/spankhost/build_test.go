@@ -1,14 +1,13 @@
 package spankhost
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/gpubind/gpubind/tests/testbuild"
 )
 
 // Build products shared by all tests of the package.
@@ -21,20 +20,7 @@ var (
 	}
 )
 
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
-
-func run(dir string, name string, args ...string) error {
-	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	return nil
-}
+func repoRoot() string { return testbuild.RepoRoot() }
 
 // build compiles the plugin (through its own Makefile), the host, the C test
 // engines and the Go test engine into one temporary directory.
@@ -71,12 +57,7 @@ func build(t testing.TB) {
 			[]string{"go", "build", "-o", filepath.Join(dir, "gpubind"), "./cmd/gpubind"},
 			// The real engine, next to the plugin: found there by default.
 			[]string{"go", "build", "-buildmode=c-shared", "-o", filepath.Join(dir, "gpubind_engine.so"), "./spank/engine"})
-		for _, s := range steps {
-			if err := run(root, s[0], s[1:]...); err != nil {
-				buildErr = err
-				return
-			}
-		}
+		buildErr = testbuild.Run(root, steps...)
 	})
 	if buildErr != nil {
 		t.Fatalf("build: %v", buildErr)

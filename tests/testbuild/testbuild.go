@@ -1,0 +1,41 @@
+// Package testbuild builds the SPANK plugin for integration tests: the C front end
+// (spank_gpubind.so) and the Go engine (gpubind_engine.so) side by side, where the front end
+// finds the engine by default. Each test binary builds into its own directory, so tests that
+// run in parallel never race on build/.
+package testbuild
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+)
+
+// RepoRoot is the top of the source tree.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// Plugin builds spank_gpubind.so and gpubind_engine.so into dir.
+func Plugin(dir string) error {
+	root := RepoRoot()
+	return Run(root,
+		[]string{"make", "-s", "-C", filepath.Join(root, "spank", "frontend"), "BUILD=" + dir},
+		[]string{"go", "build", "-trimpath", "-buildmode=c-shared", "-o", filepath.Join(dir, "gpubind_engine.so"), "./spank/engine"},
+	)
+}
+
+// Run runs each command in dir and stops at the first failure, whose error holds the
+// command and its output.
+func Run(dir string, cmds ...[]string) error {
+	for _, c := range cmds {
+		cmd := exec.Command(c[0], c[1:]...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %v\n%s", strings.Join(c, " "), err, out)
+		}
+	}
+	return nil
+}
