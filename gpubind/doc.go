@@ -40,8 +40,9 @@
 //
 //   - closest (default): a task with a CPU binding takes a GPU on the NUMA node that
 //     holds most of its CPUs: the k-th task on NUMA node n takes the k-th step GPU of
-//     n (in bus order), wrapping; when n has no step GPU, the fallback list (all step
-//     GPUs in bus order). Without a binding the plan is GPU-first: tasks are spread
+//     n (in bus order), wrapping; when n has no step GPU, all step GPUs from the end of
+//     the bus order (the ones the other nodes' tasks take last), rotated by one more slot
+//     for each further GPU-less node. Without a binding the plan is GPU-first: tasks are spread
 //     evenly over the NUMA nodes and GPUs, consecutive tasks on the same NUMA node
 //     (with more tasks than GPUs, consecutive tasks share a GPU); the cpus flag then
 //     binds each task to its GPU's NUMA node.
