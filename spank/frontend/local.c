@@ -51,6 +51,38 @@ static void print_help(void)
 }
 
 /*
+ * The common values ("closest", "verbose", "pack,nic", ...) need no engine:
+ * an optional first word naming a simple policy, then known flags. Loading
+ * the engine starts a Go runtime in srun, a few ms on every launch; the
+ * rest (map:, per-task:, single:, anything unknown) goes to the engine, and
+ * slurmstepd's engine checks every value again in any case.
+ */
+static int simple_option(const char *value)
+{
+	static const char *const policies[] = { "closest", "pack", "spread" };
+	static const char *const flags[] = { "verbose", "nic", "cpus", "isolate" };
+	const char *p = value;
+	int first = 1;
+
+	for (;;) {
+		size_t len = strcspn(p, ",");
+		int ok = 0;
+		size_t i;
+
+		for (i = 0; first && i < sizeof(policies) / sizeof(*policies); i++)
+			ok |= strlen(policies[i]) == len && !strncmp(p, policies[i], len);
+		for (i = 0; i < sizeof(flags) / sizeof(*flags); i++)
+			ok |= strlen(flags[i]) == len && !strncmp(p, flags[i], len);
+		if (!ok)
+			return 0;
+		if (p[len] == '\0')
+			return 1;
+		p += len + 1;
+		first = 0;
+	}
+}
+
+/*
  * Check an option text with the engine. Returns 0 when fine (or when the
  * engine is not available here: slurmstepd checks again), -1 when bad.
  */
@@ -60,7 +92,7 @@ static int check(const char *what, const char *value)
 	void *h;
 	gb_check_fn fn;
 
-	if (gb_option_is_off(value))
+	if (gb_option_is_off(value) || simple_option(value))
 		return 0;
 	if (strpbrk(value, "\n\r")) {
 		(void) snprintf(msg, sizeof(msg), "it holds a newline");
