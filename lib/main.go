@@ -242,7 +242,10 @@ func ghGoFinalize(buf *C.char, n C.size_t) (rc C.int) {
 	}
 	// A barrier first: a root must not leave while others may still fetch its IDs from its
 	// node's PMIx server (under Slurm that server goes away with the node's last task).
-	err := state.kv.Fence(false, state.cfg.timeout)
+	// With data collection: Slurm 22.05's mpi/pmix completes a fence without
+	// PMIX_COLLECT_DATA on each node by itself, so only a collecting fence waits for the
+	// other nodes (a 2-node root left before the others had its ID, 2 runs in 4).
+	err := state.kv.Fence(true, state.cfg.timeout)
 	if err != nil {
 		err = fmt.Errorf("gpuhelper_finalize: waiting for the other ranks: %w", err)
 	}

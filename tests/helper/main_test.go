@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"testing"
 
 	"github.com/gpubind/gpubind/tests/stubnccl"
@@ -73,11 +72,6 @@ func setup() error {
 		append([]string{"-std=c11", "-o", "ghtest_dl", here + "/ghtest.c"}, append(gh, "-lpthread")...),
 		append([]string{"-std=c99", "-pedantic", "-o", "hello", repoRoot + "/examples/hello.c"}, gh...),
 	}
-	pmix, err := exec.Command("pkg-config", "--cflags", "--libs", "pmix").Output()
-	if err != nil {
-		return fmt.Errorf("pkg-config pmix: %v", err)
-	}
-	progs = append(progs, append([]string{"-O2", "-o", "raw_pmix", here + "/raw_pmix.c"}, strings.Fields(string(pmix))...))
 	for _, p := range progs {
 		if err := sh(binDir, "cc", append([]string{"-Wall", "-Wextra", "-Werror", "-O2", "-g"}, p...)...); err != nil {
 			return err
