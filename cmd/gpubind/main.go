@@ -127,17 +127,9 @@ func (c *common) discover() (*gpubind.Topology, []string, error) {
 }
 
 func cmdTopo(args []string, stdout, stderr io.Writer) error {
-	var c common
-	fs := newFlags("topo", stderr, &c)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	t, notes, err := c.discover()
+	t, c, err := discoverCmd("topo", args, stderr)
 	if err != nil {
 		return err
-	}
-	for _, n := range notes {
-		fmt.Fprintf(stderr, "gpubind: note: %s\n", n)
 	}
 	if c.json {
 		return gpubind.WriteSnapshot(stdout, t)
@@ -147,19 +139,29 @@ func cmdTopo(args []string, stdout, stderr io.Writer) error {
 }
 
 func cmdSnapshot(args []string, stdout, stderr io.Writer) error {
-	var c common
-	fs := newFlags("snapshot", stderr, &c)
-	if err := parse(fs, args); err != nil {
+	t, _, err := discoverCmd("snapshot", args, stderr)
+	if err != nil {
 		return err
+	}
+	return gpubind.WriteSnapshot(stdout, t)
+}
+
+// discoverCmd parses the common flags of a command and discovers the topology, printing
+// the discovery's notes on stderr.
+func discoverCmd(name string, args []string, stderr io.Writer) (*gpubind.Topology, *common, error) {
+	var c common
+	fs := newFlags(name, stderr, &c)
+	if err := parse(fs, args); err != nil {
+		return nil, nil, err
 	}
 	t, notes, err := c.discover()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	for _, n := range notes {
 		fmt.Fprintf(stderr, "gpubind: note: %s\n", n)
 	}
-	return gpubind.WriteSnapshot(stdout, t)
+	return t, &c, nil
 }
 
 // jsonGPU and jsonTask are the shapes of `gpubind plan --json`.

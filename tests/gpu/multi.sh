@@ -19,28 +19,9 @@
 #     bandwidth with and without, for the README's cost note
 set -uo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$root" || exit 1
-B=${BUILD:-$root/build}
-out=${1:-${OUT:-$(mktemp -d /tmp/gpubind-multi.XXXXXX)}}
-mkdir -p "$out"
-work=$(mktemp -d /tmp/gpubind-multi-work.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-export NCCL_NVLS_ENABLE=0
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export PATH=$PATH:/usr/local/cuda/bin
-failed=0
-section() { printf '\n==== %s\n' "$*"; }
-run() {
-	printf '$ %s\n' "$*" >&2
-	"$@"
-	local rc=$?
-	[ $rc -eq 0 ] || { echo "FAIL: '$*' exited $rc"; failed=1; }
-	return $rc
-}
-for f in "$B/gpubind" "$B/libgpuhelper.so.1"; do
-	[ -e "$f" ] || { echo "multi.sh: missing $f (make build)"; exit 2; }
-done
+# shellcheck source=tests/gpu/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+need "$B/gpubind" "$B/libgpuhelper.so.1"
 ngpu=$(nvidia-smi -L | grep -c '^GPU ')
 gpus=$(seq -s, 0 $((ngpu - 1)))
 W=(-O2 -Wall -Wextra -Werror)

@@ -19,27 +19,8 @@
 #  7. cgroup device isolation with the plugin's own BPF code (tests/gpu/cgroup_gpu.sh)
 set -uo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$root" || exit 1
-B=${BUILD:-$root/build}
-out=${1:-${OUT:-$(mktemp -d /tmp/gpubind-gpu.XXXXXX)}}
-mkdir -p "$out"
-work=$(mktemp -d /tmp/gpubind-gpu-work.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-# NVLink multicast stays off on shared machines (it can take the host's GPUs out of service).
-export NCCL_NVLS_ENABLE=0
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export PATH=$PATH:/usr/local/cuda/bin
-failed=0
-section() { printf '\n==== %s\n' "$*"; }
-run() {
-	printf '$ %s\n' "$*" >&2
-	"$@"
-	local rc=$?
-	[ $rc -eq 0 ] || { echo "FAIL: '$*' exited $rc"; failed=1; }
-	return $rc
-}
-need() { for f in "$@"; do [ -e "$f" ] || { echo "run.sh: missing $f (make build)"; exit 2; }; done; }
+# shellcheck source=tests/gpu/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 need "$B/gpubind" "$B/gpubind_engine.so" "$B/libgpuhelper.so.1" "$B/nvmlcost"
 
 section "1. the driver's view"
