@@ -193,9 +193,6 @@ func start(cfg Config) (_ *Cluster, err error) {
 	}
 	for _, n := range c.NodeNames {
 		for _, sub := range []string{"spool", "tmp"} {
-			if err := os.MkdirAll(filepath.Join(dir, sub, "node"), 0o755); err != nil {
-				return c, fmt.Errorf("cluster: %w", err)
-			}
 			if err := os.MkdirAll(filepath.Join(dir, sub, n), 0o755); err != nil {
 				return c, fmt.Errorf("cluster: %w", err)
 			}
@@ -236,12 +233,9 @@ func start(cfg Config) (_ *Cluster, err error) {
 		return c, err
 	}
 	for _, n := range c.NodeNames {
-		// Own UTS namespace, so `hostname` in a task names its node (multiple-slurmd), and
-		// own mount namespace, where the node's spool and tmp directories are bind-mounted
-		// over the common SlurmdSpoolDir/TmpFS paths of slurm.conf.
-		if err := c.startDaemon("slurmd-"+n, "unshare", "--uts", "--mount", "--propagation", "private", "--", "sh", "-c",
-			`mount --bind "$3/spool/$1" "$3/spool/node" && mount --bind "$3/tmp/$1" "$3/tmp/node" &&
-			hostname "$1" && exec slurmd -D -f "$2" -N "$1"`, "sh", n, c.ConfPath, dir); err != nil {
+		// Own UTS namespace, so `hostname` in a task names its node (multiple-slurmd).
+		if err := c.startDaemon("slurmd-"+n, "unshare", "--uts", "--", "sh", "-c",
+			`hostname "$1" && exec slurmd -D -f "$2" -N "$1"`, "sh", n, c.ConfPath); err != nil {
 			return c, err
 		}
 	}

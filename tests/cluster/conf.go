@@ -136,14 +136,9 @@ func (c *Cluster) writeConfigs(ctldPort int, nodePorts []int, mungeSocket string
 	lines = append(lines, "AuthInfo=socket="+mungeSocket)
 	lines = append(lines,
 		"StateSaveLocation="+filepath.Join(d, "state"),
-		// Every slurmd needs its own spool and TmpFS, or the PMIx server files collide. Not
-		// through %n: Slurm 22.05's mpi/pmix builds the path of another node's stepd socket
-		// without expanding it ("Cannot send message to .../spool/%n/stepd.slurm.pmix..."),
-		// which hung 2-node steps now and then. The path is the same string on every node
-		// instead, and each slurmd sees its own directory there (a bind mount in its own
-		// mount namespace, see Start).
-		"SlurmdSpoolDir="+filepath.Join(d, "spool", "node"),
-		"TmpFS="+filepath.Join(d, "tmp", "node"),
+		// %n gives every slurmd its own spool and TmpFS: the PMIx server files collide otherwise.
+		"SlurmdSpoolDir="+filepath.Join(d, "spool", "%n"),
+		"TmpFS="+filepath.Join(d, "tmp", "%n"),
 		"SlurmctldPidFile="+filepath.Join(d, "run", "slurmctld.pid"),
 		"SlurmdPidFile="+filepath.Join(d, "run", "slurmd-%n.pid"),
 		"SlurmctldLogFile="+filepath.Join(d, "log", "slurmctld.log"),
