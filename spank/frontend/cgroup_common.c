@@ -4,6 +4,7 @@
  * Only prepare allocates; everything later is system calls on fixed buffers.
  */
 #include "cgroup_internal.h"
+#include "table.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -390,72 +391,21 @@ int gb_cg_self_minors(int *minors, int max)
 	return -1;
 }
 
-int gb_cg_parse_list(const char *s, cpu_set_t *set)
+/*
+ * A cgroup CPU or memory-node file: a list like the table's, but the kernel
+ * ends it with a newline and writes nothing at all for an empty set.
+ */
+static int parse_cgroup_list(char *buf, cpu_set_t *set)
 {
-	CPU_ZERO(set);
-	while (*s == ' ' || *s == '\n')
-		s++;
-	if (*s == '\0' || strcmp(s, "-") == 0 || strcmp(s, "-\n") == 0)
+	size_t n = strlen(buf);
+
+	while (n && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+		buf[--n] = '\0';
+	if (!n) {
+		CPU_ZERO(set);
 		return 0;
-	for (;;) {
-		char *end;
-		long a, b;
-
-		if (*s < '0' || *s > '9')
-			return -1;
-		a = strtol(s, &end, 10);
-		b = a;
-		s = end;
-		if (*s == '-') {
-			s++;
-			if (*s < '0' || *s > '9')
-				return -1;
-			b = strtol(s, &end, 10);
-			s = end;
-		}
-		if (a < 0 || b < a || b >= CPU_SETSIZE)
-			return -1;
-		for (; a <= b; a++)
-			CPU_SET((int)a, set);
-		if (*s == ',') {
-			s++;
-			continue;
-		}
-		while (*s == ' ' || *s == '\n')
-			s++;
-		return *s == '\0' ? 0 : -1;
 	}
-}
-
-void gb_cg_format_list(const cpu_set_t *set, char *buf, size_t len)
-{
-	size_t off = 0;
-	int i = 0;
-
-	buf[0] = '\0';
-	while (i < CPU_SETSIZE) {
-		int j;
-		int n;
-
-		if (!CPU_ISSET(i, set)) {
-			i++;
-			continue;
-		}
-		for (j = i; j + 1 < CPU_SETSIZE && CPU_ISSET(j + 1, set); j++)
-			;
-		if (i == j)
-			n = snprintf(buf + off, len - off, "%s%d",
-				     off ? "," : "", i);
-		else
-			n = snprintf(buf + off, len - off, "%s%d-%d",
-				     off ? "," : "", i, j);
-		if (n < 0 || (size_t)n >= len - off) {
-			buf[off] = '\0';
-			return;
-		}
-		off += (size_t)n;
-		i = j + 1;
-	}
+	return gb_parse_cpulist(buf, set);
 }
 
 int gb_cg_narrow_cpuset(const char *dir, const char *parent_cpus_file,
@@ -478,7 +428,7 @@ int gb_cg_narrow_cpuset(const char *dir, const char *parent_cpus_file,
 				     errlen);
 		if (rc)
 			return rc;
-		if (gb_cg_parse_list(buf, &have) < 0)
+		if (parse_cgroup_list(buf, &have) < 0)
 			return gb_cg_errf(err, errlen, GB_CG_ERROR,
 					  "%s: \"%s\" is not a list like "
 					  "0-3,8", part[i].parent, buf);
@@ -492,16 +442,17 @@ int gb_cg_narrow_cpuset(const char *dir, const char *parent_cpus_file,
 			want = have;
 		if (CPU_COUNT(&want) == 0) {
 			char w[1024], h[1024];
-			gb_cg_format_list(part[i].want, w, sizeof(w));
-			gb_cg_format_list(&have, h, sizeof(h));
+			/* want holds the wanted set when there was one. */
+			gb_format_cpulist(part[i].want ? part[i].want : &have,
+					  w, sizeof(w));
+			gb_format_cpulist(&have, h, sizeof(h));
 			return gb_cg_errf(err, errlen, GB_CG_REFUSED,
 					  "cpus: the wanted %s %s lie outside "
 					  "the %s %s allowed by %s",
-					  part[i].what, w[0] ? w : "(none)",
-					  part[i].what, h[0] ? h : "(none)",
+					  part[i].what, w, part[i].what, h,
 					  part[i].parent);
 		}
-		gb_cg_format_list(&want, text, sizeof(text));
+		gb_format_cpulist(&want, text, sizeof(text));
 		rc = gb_cg_join(path, sizeof(path), dir, part[i].file, err,
 				errlen);
 		if (rc)

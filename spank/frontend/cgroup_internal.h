@@ -72,9 +72,6 @@ int gb_cg_move_pid(const char *dir, pid_t pid, char *err, size_t errlen);
 /* gpubind_jJOB_sSTEP_pPID_tTASK[_mMINOR.MINOR...|_mnone] (isolate adds _m). */
 int gb_cg_task_name(const struct gb_cg *cg, int local_id, const int *minors,
 		    int nminors, char *buf, size_t len);
-/* Parse/format CPU lists ("0-3,8"); "" and "-" are empty. */
-int gb_cg_parse_list(const char *s, cpu_set_t *set);
-void gb_cg_format_list(const cpu_set_t *set, char *buf, size_t len);
 /* Child cpuset = want & parent's (both files named by the caller). */
 int gb_cg_narrow_cpuset(const char *dir, const char *parent_cpus_file,
 			const char *parent_mems_file, const cpu_set_t *cpus,
