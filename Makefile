@@ -11,9 +11,27 @@ INCLUDEDIR   ?= $(PREFIX)/include
 BINDIR       ?= $(PREFIX)/bin
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 DESTDIR      ?=
-# Slurm's PluginDir as the installed Slurm reports it (Debian: /usr/lib/x86_64-linux-gnu/slurm-wlm).
+VERSION      ?= 0.2.0
+# The Slurm to build the plugin for and install it into: headers in $(SLURM_PREFIX)/include,
+# slurmd in $(SLURM_PREFIX)/sbin. Slurm loads a SPANK plugin only when it was built against the
+# same major.minor release, so rebuild for every Slurm upgrade (docs/admin.md).
+SLURM_PREFIX ?= /usr
+export SLURM_PREFIX
+SLURMD       ?= $(SLURM_PREFIX)/sbin/slurmd
+# Slurm's PluginDir: $(SLURM_PREFIX)/lib/slurm for a Slurm built from source; for the system's,
+# as it reports it (Debian: /usr/lib/x86_64-linux-gnu/slurm-wlm).
+ifneq ($(filter-out /usr /usr/,$(SLURM_PREFIX)),)
+SLURM_PLUGINDIR ?= $(SLURM_PREFIX)/lib/slurm
+else
 SLURM_PLUGINDIR ?= $(shell scontrol show config 2>/dev/null | awk '$$1=="PluginDir"{print $$3}' | grep . || \
                      dirname $$(ls /usr/lib/*/slurm-wlm/spank*.so /usr/lib*/slurm/*.so 2>/dev/null | head -1) 2>/dev/null)
+endif
+# The version matrix `make test` runs the integration tests on: "system" is the Slurm in PATH
+# (Debian 12's 22.05), the others are built from ../shared/slurm by tests/slurm/build.sh and
+# cached (SLURM_CACHE_DIR, default /var/cache/gpubind/slurm).
+SLURM_MATRIX ?= system 24.11.7 26.05.3
+INTEGRATION_PKGS := ./tests/cluster/... ./tests/plugin/... ./tests/cgroup/... ./tests/helper/...
+GO_LDFLAGS   := -X github.com/gpubind/gpubind/gpubind.Version=$(VERSION)
 GOTESTFLAGS  ?=
 # go-nvml's header marks many calls deprecated; those warnings say nothing about our code.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
@@ -26,7 +44,7 @@ DEB_PACKAGES := slurmctld slurmd slurm-client libslurm-dev munge libpmix-dev ope
                 libopenmpi-dev pkg-config gcc g++ make procps util-linux psmisc iproute2 \
                 libc6-dev hostname
 
-.PHONY: all deps build test test-unit test-integration demo bench install uninstall clean \
+.PHONY: all deps build test slurm-matrix check-slurm-version test-unit test-integration demo bench install uninstall clean \
         engine plugin helper cli fmt vet
 
 all: build
@@ -46,17 +64,17 @@ build: cli engine plugin helper
 
 cli:
 	@mkdir -p $(BUILD)
-	$(GO) build -trimpath -o $(BUILD)/gpubind ./cmd/gpubind
+	$(GO) build -trimpath -ldflags "$(GO_LDFLAGS) -X main.pluginDir=$(SLURM_PLUGINDIR)" -o $(BUILD)/gpubind ./cmd/gpubind
 	$(GO) build -trimpath -o $(BUILD)/nvmlcost ./tests/gpu/nvmlcost
 
 # ---- engine + plugin (issue: SPANK plugin) --------------------------------------------------
 engine:
 	@mkdir -p $(BUILD)
-	@if [ -d spank/engine ]; then $(GO) build -trimpath -buildmode=c-shared \
+	@if [ -d spank/engine ]; then $(GO) build -trimpath -ldflags "$(GO_LDFLAGS)" -buildmode=c-shared \
 	    -o $(BUILD)/gpubind_engine.so ./spank/engine && rm -f $(BUILD)/gpubind_engine.h; fi
 
 plugin: engine
-	@if [ -d spank/frontend ]; then $(MAKE) -s -C spank/frontend BUILD=$(abspath $(BUILD)); fi
+	@if [ -d spank/frontend ]; then $(MAKE) -s -C spank/frontend BUILD=$(abspath $(BUILD)) SLURM_PREFIX=$(SLURM_PREFIX); fi
 
 # ---- helper library (issue: libgpuhelper) ---------------------------------------------------
 helper:
@@ -64,9 +82,21 @@ helper:
 	@if [ -f lib/Makefile.inc ]; then $(MAKE) -s -f lib/Makefile.inc BUILD=$(abspath $(BUILD)); fi
 
 # ---- tests ----------------------------------------------------------------------------------
+# Everything once against the system Slurm, then the integration packages again against each
+# other Slurm of SLURM_MATRIX (built on first use, about 4 minutes each on 2 cores, then cached).
 test: deps build
 	$(GO) vet ./...
-	$(GO) test $(GOTESTFLAGS) -count=1 -timeout 20m ./...
+	@echo "==== Slurm system ($$(slurmd -V)): all packages ===="
+	SLURM_PREFIX=/usr $(GO) test $(GOTESTFLAGS) -count=1 -timeout 20m ./...
+	@set -e; for v in $(filter-out system,$(SLURM_MATRIX)); do \
+	    prefix=$$(tests/slurm/build.sh $$v); \
+	    echo "==== Slurm $$v ($$prefix): integration packages ===="; \
+	    SLURM_PREFIX=$$prefix $(GO) test $(GOTESTFLAGS) -count=1 -timeout 20m $(INTEGRATION_PKGS); \
+	done
+
+# Build (or find in the cache) every Slurm of the matrix; prints their prefixes.
+slurm-matrix:
+	@for v in $(filter-out system,$(SLURM_MATRIX)); do tests/slurm/build.sh $$v; done
 
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')
@@ -79,7 +109,11 @@ bench: deps build
 	./bench/run.sh
 
 # ---- install --------------------------------------------------------------------------------
-install: build
+# Refuses, naming both versions, a slurmd that would not load the plugin just built.
+check-slurm-version: cli plugin
+	$(BUILD)/gpubind version --plugin $(BUILD)/spank_gpubind.so --slurmd $(SLURMD)
+
+install: build check-slurm-version
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
 	install -m 0755 $(BUILD)/gpubind $(DESTDIR)$(BINDIR)/gpubind
 	@test -n "$(SLURM_PLUGINDIR)" || { echo "install: cannot find Slurm's PluginDir; set SLURM_PLUGINDIR" >&2; exit 1; }

@@ -5,6 +5,7 @@
 //	gpubind snapshot [--root DIR] [--source auto|nvml|sysfs] > node.json
 //	gpubind plan --tasks N [--gpus LIST] [--task-cpus "0;1;0;1"] [--policy POLICY[,FLAGS]]
 //	             [--root DIR | --snapshot FILE] [--json]
+//	gpubind version [--plugin FILE] [--slurmd FILE]
 //
 // Exit status: 0 ok, 1 failure, 2 usage error. Errors go to stderr.
 package main
@@ -29,6 +30,7 @@ const usage = `usage:
                    [--root DIR | --snapshot FILE] [--json]
                    [--gres-conf FILE] [--numbering global|relative] [--source S] [--table]
   gpubind help-policies
+  gpubind version  [--plugin FILE] [--slurmd FILE]   (also --version)
 `
 
 // usageError is an error of the command line (exit status 2).
@@ -53,6 +55,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdSnapshot(args[1:], stdout, stderr)
 	case "plan":
 		err = cmdPlan(args[1:], stdout, stderr)
+	case "version", "--version":
+		err = cmdVersion(args[1:], stdout)
 	case "help-policies":
 		fmt.Fprint(stdout, gpubind.PolicyHelpText)
 	case "-h", "--help", "help":

@@ -44,6 +44,11 @@ type Config struct {
 	PlugStack        []string // lines of plugstack.conf (e.g. "required /path/spank_gpubind.so root=...")
 	SlurmConf        []string // extra slurm.conf lines; a line replaces the harness's line with the same key
 
+	// SlurmPrefix is the install prefix of the Slurm to run (bin/, sbin/ below it), for the
+	// version matrix: tests/slurm/build.sh prints one. Default: $SLURM_PREFIX, and when that
+	// is unset too, the Slurm found in PATH (Debian's package).
+	SlurmPrefix string
+
 	NoGPUs        bool          // no GRES at all (GPUs=0 means the default 8)
 	OwnMunge      bool          // start a private munged even when a system munged answers
 	Detached      bool          // daemons outlive the starting process (shell entry point); else they die with it
@@ -105,8 +110,8 @@ func Start(cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	for _, bin := range []string{"slurmctld", "slurmd", "srun", "sinfo", "squeue", "scancel", "munge", "munged", "unshare"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			return nil, fmt.Errorf("cluster: %s not found in PATH (run `make deps`): %w", bin, err)
+		if _, err := exec.LookPath(slurmBin(cfg.SlurmPrefix, bin)); err != nil {
+			return nil, fmt.Errorf("cluster: %s not found (SlurmPrefix %q; run `make deps`): %w", bin, cfg.SlurmPrefix, err)
 		}
 	}
 	// Free ports are probed, then closed; another process may take one in between. Such a
@@ -224,7 +229,7 @@ func start(cfg Config) (_ *Cluster, err error) {
 	if err := c.writeConfigs(ports[0], ports[1:], c.MungeSocket); err != nil {
 		return c, err
 	}
-	if err := c.startDaemon("slurmctld", "slurmctld", "-D", "-i", "-f", c.ConfPath); err != nil {
+	if err := c.startDaemon("slurmctld", c.bin("slurmctld"), "-D", "-i", "-f", c.ConfPath); err != nil {
 		return c, err
 	}
 	// A slurmd that finds no slurmctld retries its registration a second later; waiting
@@ -235,7 +240,7 @@ func start(cfg Config) (_ *Cluster, err error) {
 	for _, n := range c.NodeNames {
 		// Own UTS namespace, so `hostname` in a task names its node (multiple-slurmd).
 		if err := c.startDaemon("slurmd-"+n, "unshare", "--uts", "--", "sh", "-c",
-			`hostname "$1" && exec slurmd -D -f "$2" -N "$1"`, "sh", n, c.ConfPath); err != nil {
+			`hostname "$1" && exec "$3" -D -f "$2" -N "$1"`, "sh", n, c.ConfPath, c.bin("slurmd")); err != nil {
 			return c, err
 		}
 	}
@@ -339,8 +344,41 @@ func (c *Cluster) daemonEnv() []string {
 		}
 		env = append(env, kv)
 	}
-	return append(env, "SLURM_CONF="+c.ConfPath, MarkerEnv+"="+c.Dir)
+	env = append(env, "SLURM_CONF="+c.ConfPath, MarkerEnv+"="+c.Dir)
+	if p := c.cfg.SlurmPrefix; p != "" {
+		// Scripts run by sbatch and tasks that call srun/scontrol must find this Slurm.
+		for i, kv := range env {
+			if strings.HasPrefix(kv, "PATH=") {
+				env[i] = "PATH=" + filepath.Join(p, "bin") + ":" + filepath.Join(p, "sbin") + ":" + kv[len("PATH="):]
+			}
+		}
+	}
+	return env
 }
+
+// slurmBin is the path of a Slurm program under prefix, or name itself (found in PATH) when
+// prefix is empty or does not hold it (munged, unshare).
+func slurmBin(prefix, name string) string {
+	if prefix == "" {
+		return name
+	}
+	for _, dir := range []string{"bin", "sbin"} {
+		p := filepath.Join(prefix, dir, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p
+		}
+	}
+	return name
+}
+
+// Bin is the path of a Slurm program of this cluster's Slurm (srun, sbatch, ...), for tests
+// that run it themselves rather than through Run.
+func (c *Cluster) Bin(name string) string { return slurmBin(c.cfg.SlurmPrefix, name) }
+
+func (c *Cluster) bin(name string) string { return c.Bin(name) }
+
+// SlurmPrefix is the install prefix of the Slurm this cluster runs ("" for the one in PATH).
+func (c *Cluster) SlurmPrefix() string { return c.cfg.SlurmPrefix }
 
 // startDaemon starts a foreground daemon with stdout/stderr in log/<name>.out.
 func (c *Cluster) startDaemon(name, bin string, args ...string) error {
@@ -509,7 +547,7 @@ func (c *Cluster) Env() []string { return c.daemonEnv() }
 
 // Run runs a client command (sinfo, scontrol, sbatch, ...) against this cluster.
 func (c *Cluster) Run(ctx context.Context, name string, args ...string) (stdout, stderr string, err error) {
-	cmd := exec.CommandContext(ctx, name, args...)
+	cmd := exec.CommandContext(ctx, c.bin(name), args...)
 	cmd.Env = c.Env()
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e

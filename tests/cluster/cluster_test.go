@@ -483,3 +483,25 @@ func TestOvercommitWithoutGPUs(t *testing.T) {
 		t.Errorf("srun -O -n6 hostname printed %d lines, want 6", n)
 	}
 }
+
+// The version matrix is real only if every daemon and client is the Slurm under test
+// (SLURM_PREFIX): slurmd's log, srun and slurmd -V must name one version.
+func TestRunsTheSlurmUnderTest(t *testing.T) {
+	c := StartT(t, Config{})
+	out, err := exec.Command(c.Bin("slurmd"), "-V").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s -V: %v %s", c.Bin("slurmd"), err, out)
+	}
+	want := strings.Fields(string(out))[1] // "slurm 26.05.3" or "slurm-wlm 22.05.8"
+	srunV, _, err := c.Run(ctxT(t), "srun", "--version")
+	if err != nil || !strings.Contains(srunV, want) {
+		t.Errorf("srun --version = %q (%v), slurmd -V = %q", srunV, err, out)
+	}
+	if log := c.SlurmdLog("node1"); !strings.Contains(log, "slurmd version "+want+" started") {
+		t.Errorf("slurmd log does not say version %s:\n%s", want, tail(log, 10))
+	}
+	if p := os.Getenv("SLURM_PREFIX"); p != "" && p != "/usr" && !strings.HasPrefix(c.Bin("srun"), p+"/") {
+		t.Errorf("SLURM_PREFIX=%s but srun is %s", p, c.Bin("srun"))
+	}
+	t.Logf("Slurm %s (%s)", want, c.Bin("slurmd"))
+}

@@ -32,6 +32,20 @@ func (cfg Config) normalize() (Config, error) {
 	if cfg.Nodes == 0 {
 		cfg.Nodes = 1
 	}
+	if cfg.SlurmPrefix == "" {
+		cfg.SlurmPrefix = os.Getenv("SLURM_PREFIX")
+	}
+	if cfg.SlurmPrefix == "/usr" {
+		cfg.SlurmPrefix = "" // the system's Slurm, found in PATH
+	}
+	if cfg.SlurmPrefix != "" {
+		if !filepath.IsAbs(cfg.SlurmPrefix) {
+			return cfg, fmt.Errorf("cluster: Config.SlurmPrefix=%q: expected an absolute path", cfg.SlurmPrefix)
+		}
+		if _, err := os.Stat(filepath.Join(cfg.SlurmPrefix, "sbin", "slurmd")); err != nil {
+			return cfg, fmt.Errorf("cluster: Config.SlurmPrefix=%q: expected a Slurm install prefix with sbin/slurmd: %w", cfg.SlurmPrefix, err)
+		}
+	}
 	if cfg.Nodes < 1 || cfg.Nodes > maxNodes {
 		return cfg, fmt.Errorf("cluster: Config.Nodes=%d: expected 1..%d", cfg.Nodes, maxNodes)
 	}
@@ -149,7 +163,6 @@ func (c *Cluster) writeConfigs(ctldPort int, nodePorts []int, mungeSocket string
 		"ProctrackType="+cfg.Proctrack,
 		"TaskPlugin="+cfg.TaskPlugin,
 		"MpiDefault=none",
-		"SwitchType=switch/none",
 		"JobAcctGatherType=jobacct_gather/none",
 		"AccountingStorageType=accounting_storage/none",
 		"JobCompType=jobcomp/none",
@@ -204,8 +217,8 @@ func (c *Cluster) writeConfigs(ctldPort int, nodePorts []int, mungeSocket string
 	}
 	if cfg.usesCgroups() {
 		cg := []string{
+			// No CgroupAutomount: its default (no) is what we want, and 24.11+ call the key defunct.
 			"CgroupPlugin=cgroup/v1",
-			"CgroupAutomount=no",
 			"ConstrainCores=yes",
 			fmt.Sprintf("ConstrainDevices=%s", yesNo(cfg.ConstrainDevices)),
 			"ConstrainRAMSpace=no",

@@ -141,9 +141,31 @@ func ppid(pid int) int {
 }
 
 // isOurs reports whether pid still carries this cluster's marker (pids are reused).
-func (c *Cluster) isOurs(pid int) bool {
+func (c *Cluster) isOurs(pid int) bool { return carriesMarker(pid, c.Dir) }
+
+// carriesMarker reports whether pid belongs to the cluster in dir: its environment holds the
+// marker, or, for slurmstepd, which in newer Slurm (26.05) starts with its own environment, one of its open
+// files lies in dir (the slurmd log it writes to, its spool).
+func carriesMarker(pid int, dir string) bool {
 	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-	return err == nil && hasMarker(env, c.Dir)
+	if err != nil {
+		return false
+	}
+	if hasMarker(env, dir) {
+		return true
+	}
+	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if strings.TrimSpace(string(comm)) != "slurmstepd" {
+		return false
+	}
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	for _, fd := range fds {
+		target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if err == nil && strings.HasPrefix(target, dir+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 func hasMarker(environ []byte, dir string) bool {
@@ -168,8 +190,7 @@ func markedPids(dir string) []int {
 		if err != nil {
 			continue
 		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil || !hasMarker(env, dir) || !pidAlive(pid) {
+		if !pidAlive(pid) || !carriesMarker(pid, dir) {
 			continue
 		}
 		pids = append(pids, pid)

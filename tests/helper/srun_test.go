@@ -18,7 +18,7 @@ func srun(t testing.TB, c *cluster.Cluster, extraEnv []string, args ...string) (
 		// before the 3-minute limit of the step.
 		extraEnv = append(extraEnv, "GPUHELPER_TIMEOUT=45")
 	}
-	out, err := launch(t, cleanEnv(c.Env(), extraEnv...), 3*time.Minute, "srun", args...)
+	out, err := launch(t, cleanEnv(c.Env(), extraEnv...), 3*time.Minute, c.Bin("srun"), args...)
 	return out, err
 }
 

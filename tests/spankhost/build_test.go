@@ -39,7 +39,7 @@ func build(t testing.TB) {
 		bin.goEngine = filepath.Join(dir, "goengine.so")
 		bin.engines = map[string]string{}
 		steps := [][]string{
-			{"make", "-s", "-C", filepath.Join(root, "spank/frontend"), "BUILD=" + dir},
+			testbuild.FrontendMake(dir),
 			{"gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-rdynamic", "-o", bin.host,
 				filepath.Join(root, "tests/spankhost/csrc/host.c"), "-ldl", "-lpthread"},
 			{"gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-D_GNU_SOURCE",

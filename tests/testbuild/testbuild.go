@@ -6,6 +6,7 @@ package testbuild
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -18,13 +19,31 @@ func RepoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// Plugin builds spank_gpubind.so and gpubind_engine.so into dir.
+// Plugin builds spank_gpubind.so and gpubind_engine.so into dir, the front end against the
+// Slurm under test (SlurmPrefix).
 func Plugin(dir string) error {
 	root := RepoRoot()
 	return Run(root,
-		[]string{"make", "-s", "-C", filepath.Join(root, "spank", "frontend"), "BUILD=" + dir},
+		FrontendMake(dir),
 		[]string{"go", "build", "-trimpath", "-buildmode=c-shared", "-o", filepath.Join(dir, "gpubind_engine.so"), "./spank/engine"},
 	)
+}
+
+// SlurmPrefix is the install prefix of the Slurm the integration tests run against: the
+// SLURM_PREFIX environment variable (set by `make test` for each version of the matrix), or
+// /usr, the system's Slurm.
+func SlurmPrefix() string {
+	if p := os.Getenv("SLURM_PREFIX"); p != "" {
+		return p
+	}
+	return "/usr"
+}
+
+// FrontendMake is the command that builds spank_gpubind.so into dir for SlurmPrefix's Slurm.
+func FrontendMake(dir string) []string {
+	root := RepoRoot()
+	return []string{"make", "-s", "-C", filepath.Join(root, "spank", "frontend"), "BUILD=" + dir,
+		"SLURM_PREFIX=" + SlurmPrefix()}
 }
 
 // Run runs each command in dir and stops at the first failure, whose error holds the

@@ -93,6 +93,9 @@ func run(args []string) error {
 		}
 		fmt.Printf("export SLURM_CONF=%s\n", shellQuote(c.ConfPath))
 		fmt.Printf("export %s=%s\n", cluster.MarkerEnv, shellQuote(c.Dir))
+		if p := c.SlurmPrefix(); p != "" {
+			fmt.Printf("export PATH=%s:%s:\"$PATH\"\n", shellQuote(p+"/bin"), shellQuote(p+"/sbin"))
+		}
 		return nil
 	}
 	return usage()

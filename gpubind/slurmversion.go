@@ -1,0 +1,86 @@
+package gpubind
+
+import (
+	"debug/elf"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Version is gpubind's version; `make` sets it from the Makefile's VERSION.
+var Version = "0.2.0-dev"
+
+// SlurmVersion is a Slurm release number, such as 26.05.3.
+type SlurmVersion struct{ Major, Minor, Micro int }
+
+func (v SlurmVersion) String() string { return fmt.Sprintf("%d.%02d.%d", v.Major, v.Minor, v.Micro) }
+
+// LoadsSpank reports whether a slurmd of version v loads a SPANK plugin built against
+// plugin's headers. Slurm compares major and minor only for SPANK plugins, and every other
+// plugin type in full (src/common/plugin.c, plugin_peek/plugin_load_from_file).
+func (v SlurmVersion) LoadsSpank(plugin SlurmVersion) bool {
+	return v.Major == plugin.Major && v.Minor == plugin.Minor
+}
+
+// slurmVersionNumber decodes SLURM_VERSION_NUMBER: 0xMMmmuu (major, minor, micro).
+func slurmVersionNumber(n uint32) SlurmVersion {
+	return SlurmVersion{Major: int(n>>16) & 0xff, Minor: int(n>>8) & 0xff, Micro: int(n) & 0xff}
+}
+
+// PluginSlurmVersion reads the Slurm version a SPANK plugin was built for from its
+// plugin_version symbol, the number Slurm itself checks when it loads the plugin.
+func PluginSlurmVersion(path string) (SlurmVersion, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return SlurmVersion{}, fmt.Errorf("plugin %s: %w", path, err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		return SlurmVersion{}, fmt.Errorf("plugin %s: read its dynamic symbols: %w", path, err)
+	}
+	for _, s := range syms {
+		if s.Name != "plugin_version" {
+			continue
+		}
+		if s.Size != 4 || int(s.Section) >= len(f.Sections) {
+			return SlurmVersion{}, fmt.Errorf("plugin %s: plugin_version is not a 4-byte object", path)
+		}
+		sec := f.Sections[s.Section]
+		b := make([]byte, 4)
+		if _, err := sec.ReadAt(b, int64(s.Value-sec.Addr)); err != nil {
+			return SlurmVersion{}, fmt.Errorf("plugin %s: read plugin_version: %w", path, err)
+		}
+		return slurmVersionNumber(f.ByteOrder.Uint32(b)), nil
+	}
+	return SlurmVersion{}, fmt.Errorf("plugin %s: no plugin_version symbol: not a Slurm plugin", path)
+}
+
+// ParseSlurmdVersion parses the output of `slurmd -V`: "slurm 26.05.3", or on Debian
+// "slurm-wlm 22.05.8". A suffix after the micro number ("-1", "rc1") is ignored.
+func ParseSlurmdVersion(out string) (SlurmVersion, error) {
+	bad := fmt.Errorf("`slurmd -V` printed %q: expected \"slurm MAJOR.MINOR.MICRO\"", strings.TrimSpace(out))
+	name, ver, ok := strings.Cut(strings.TrimSpace(out), " ")
+	if !ok || (name != "slurm" && name != "slurm-wlm") {
+		return SlurmVersion{}, bad
+	}
+	parts := strings.SplitN(strings.Fields(ver)[0], ".", 3)
+	if len(parts) != 3 {
+		return SlurmVersion{}, bad
+	}
+	micro := parts[2]
+	if i := strings.IndexFunc(micro, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		micro = micro[:i]
+	}
+	var v SlurmVersion
+	var errs [3]error
+	v.Major, errs[0] = strconv.Atoi(parts[0])
+	v.Minor, errs[1] = strconv.Atoi(parts[1])
+	v.Micro, errs[2] = strconv.Atoi(micro)
+	for _, err := range errs {
+		if err != nil {
+			return SlurmVersion{}, bad
+		}
+	}
+	return v, nil
+}
