@@ -232,6 +232,8 @@ func DeviceMinor(path string) (int, error) {
 // GresMap maps GRES indices to GPUs (as topology indices). Index i is GRES index i.
 type GresMap struct {
 	GPUs []int // index into Topology.GPUs
+	// Files are the gres.conf File= device paths, one per GRES index; nil in PCI order.
+	Files []string
 	// Source says how the map was built ("gres.conf FILE", "PCI order").
 	Source string
 	// Assumed is true when no gres.conf told the order and PCI order was assumed.
@@ -272,6 +274,7 @@ func BuildGresMap(t *Topology, gc *GresConf, from string) (*GresMap, error) {
 			return nil, fmt.Errorf("GRES index %d (%s File=%s): minor %d is not a GPU of this node's topology (known minors %s)", idx, from, f, minor, knownMinors(t))
 		}
 		m.GPUs = append(m.GPUs, g)
+		m.Files = append(m.Files, f)
 	}
 	return m, nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 )
 
 // PlanInput is everything the planner needs for one node of a step.
@@ -44,7 +45,7 @@ func BuildTable(in PlanInput) (*Table, error) {
 		}
 		tab.GPUs = append(tab.GPUs, TableGPU{
 			ID: id, Visible: sg.Visible, NVMLIndex: g.Index, Minor: g.Minor, BusID: g.BusID,
-			UUID: uuid, NUMA: g.NUMA, NIC: t.ClosestNIC(sg.Topo),
+			UUID: uuid, NUMA: g.NUMA, NIC: t.ClosestNIC(sg.Topo), Dev: devPath(sg, g.Minor),
 		})
 	}
 	switch o.Policy {
@@ -374,4 +375,16 @@ func fillGPULessNodes(tab *Table, groups bool) {
 		tab.NUMAGPUs[n] = append(append([]int(nil), rev[off:]...), rev[:off]...)
 		i++
 	}
+}
+
+// devPath is the device node of a step GPU: gres.conf's File= (what Slurm constrains), else
+// the driver's /dev/nvidiaN when the minor is known.
+func devPath(sg StepGPU, minor int) string {
+	switch {
+	case sg.Dev != "" && !strings.ContainsAny(sg.Dev, " \t\r\n"): // one table field
+		return sg.Dev
+	case minor >= 0:
+		return "/dev/nvidia" + strconv.Itoa(minor)
+	}
+	return ""
 }

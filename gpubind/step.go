@@ -44,6 +44,8 @@ type StepGPU struct {
 	MIG     *MIGDevice // nil for a whole GPU
 	Gres    int        // GRES index, -1 unknown
 	Visible string     // value for the task's CUDA_VISIBLE_DEVICES
+	// Dev is the device node Slurm constrains for this GPU (gres.conf File=), "" unknown.
+	Dev string
 }
 
 // Step is the resolved set of GPUs of a step.
@@ -270,7 +272,11 @@ func ResolveStep(t *Topology, env StepEnv, gm *GresMap, num Numbering) (*Step, e
 			return nil, fmt.Errorf("the step's GPU list names %s twice", key)
 		}
 		seen[key] = true
-		st.GPUs = append(st.GPUs, StepGPU{Topo: p.topo, MIG: p.mig, Gres: p.gres})
+		sg := StepGPU{Topo: p.topo, MIG: p.mig, Gres: p.gres}
+		if p.gres >= 0 && p.gres < len(gm.Files) {
+			sg.Dev = gm.Files[p.gres]
+		}
+		st.GPUs = append(st.GPUs, sg)
 	}
 	sort.SliceStable(st.GPUs, func(i, j int) bool {
 		a, b := st.GPUs[i], st.GPUs[j]

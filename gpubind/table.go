@@ -62,6 +62,9 @@ type TableGPU struct {
 	UUID      string
 	NUMA      int
 	NIC       string
+	// Dev is the device node whose access(2) tells whether a task may open the GPU
+	// ("-" unknown; an older 8-field line has none).
+	Dev string
 }
 
 // TableTask is a "task" line: the plan-time answer for one local task.
@@ -140,7 +143,7 @@ func (t *Table) Encode(w io.Writer) error {
 			add("numa %d %s", n.ID, dash(n.CPUs.String()))
 		}
 		for _, g := range t.GPUs {
-			add("gpu %d %s %d %d %s %s %d %s", g.ID, g.Visible, g.NVMLIndex, g.Minor, g.BusID, dash(g.UUID), g.NUMA, dash(g.NIC))
+			add("gpu %d %s %d %d %s %s %d %s %s", g.ID, g.Visible, g.NVMLIndex, g.Minor, g.BusID, dash(g.UUID), g.NUMA, dash(g.NIC), dash(g.Dev))
 		}
 		for _, n := range sortedKeys(t.NUMAGPUs) {
 			add("numagpus %d %s", n, dashList(t.NUMAGPUs[n]))
@@ -362,7 +365,10 @@ func (t *Table) parseLine(key, rest string, seen map[string]bool) error {
 			t.NUMA = append(t.NUMA, n)
 		}
 	case "gpu":
-		if err = want(8); err == nil {
+		if len(f) == 8 { // written before the DEV field existed
+			f = append(f, "-")
+		}
+		if err = want(9); err == nil {
 			var g TableGPU
 			if g.ID, err = atoiRange(f[0], len(t.GPUs), len(t.GPUs)); err != nil {
 				return fmt.Errorf("id %w (ids run 0,1,2,... in order)", err)
@@ -385,6 +391,9 @@ func (t *Table) parseLine(key, rest string, seen map[string]bool) error {
 			}
 			if f[7] != "-" {
 				g.NIC = f[7]
+			}
+			if f[8] != "-" {
+				g.Dev = f[8]
 			}
 			if len(t.GPUs) >= MaxTableGPUs {
 				return errors.New("too many gpu lines")

@@ -193,13 +193,13 @@ func TestTableRoundTripAndTruncation(t *testing.T) {
 		Status: gpubind.StatusWarn, Messages: []string{"two\nlines\x01"}, Mode: gpubind.ModeOptional,
 		Flags: gpubind.Flags{NIC: true}, Rule: gpubind.RuleNUMA, Share: 2, PerTask: 1, NTasks: 2,
 		NUMA:     []gpubind.TableNUMA{{ID: 0, CPUs: gpubind.NewCPUSet(0, 1)}, {ID: 1}},
-		GPUs:     []gpubind.TableGPU{{ID: 0, Visible: "0", NVMLIndex: 3, Minor: -1, BusID: "0000:3b:00.0", NUMA: -1}},
+		GPUs:     []gpubind.TableGPU{{ID: 0, Visible: "0", NVMLIndex: 3, Minor: -1, BusID: "0000:3b:00.0", NUMA: -1, Dev: "/dev/nvidia0"}},
 		NUMAGPUs: map[int][]int{0: {0}, 1: nil},
 		Fallback: []int{0},
 		Tasks:    []gpubind.TableTask{{Local: 0, GPUs: []int{0}, CPUs: gpubind.NewCPUSet(1)}, {Local: 1}},
 	}
 	text := tab.String()
-	if !strings.Contains(text, "message two?lines?\n") || !strings.Contains(text, "gpu 0 0 3 -1 0000:3b:00.0 - -1 -\n") ||
+	if !strings.Contains(text, "message two?lines?\n") || !strings.Contains(text, "gpu 0 0 3 -1 0000:3b:00.0 - -1 - /dev/nvidia0\n") ||
 		!strings.Contains(text, "numa 1 -\n") || !strings.Contains(text, "numagpus 1 -\n") || !strings.Contains(text, "task 1 - -\n") ||
 		!strings.HasSuffix(text, "end 17\n") {
 		t.Fatalf("encoding:\n%s", text)

@@ -415,7 +415,9 @@ int gb_stepd_task_init(spank_t sp)
 		ret = task_failed(why);
 		goto out;
 	}
-	if (gb_cgroup_task_init(&plan, lid, &res, err, sizeof(err))) {
+	/* Within the GPUs the task's device cgroup lets it open (Slurm's
+	 * per-task binding, isolate), numbered as CUDA will number them. */
+	if (gb_result_restrict(&plan, &res, NULL, err, sizeof(err))) {
 		char why[700];
 
 		(void) snprintf(why, sizeof(why), "task %d: %s", lid, err);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -266,6 +267,7 @@ void gb_table_free(struct gb_table *t)
 	free(t->numa);
 	free(t->gpus);
 	free(t->fallback);
+	free(t->can_open);
 	if (t->tasks)
 		for (int i = 0; i < t->ntasks; i++)
 			free(t->tasks[i].gpus);
@@ -442,7 +444,7 @@ int gb_table_parse(const char *text, size_t len, struct gb_table *t,
 				goto badline;
 			CPU_OR(&t->node_cpus, &t->node_cpus, &n->cpus);
 			t->nnuma++;
-		} else if (!strcmp(f[0], "gpu") && nf == 9) {
+		} else if (!strcmp(f[0], "gpu") && (nf == 9 || nf == 10)) {
 			struct gb_gpu *g;
 
 			if (parse_int(f[1], 0, 1 << 16, &v) || v != t->ngpus)
@@ -474,6 +476,10 @@ int gb_table_parse(const char *text, size_t len, struct gb_table *t,
 				goto badline;
 			g->numa = (int) v;
 			if (copy_field(g->nic, sizeof(g->nic), f[8]))
+				goto badline;
+			/* DEV came later; a 9-field line has none. */
+			if (nf == 10 &&
+			    copy_field(g->dev, sizeof(g->dev), f[9]))
 				goto badline;
 			t->ngpus++;
 		} else if (!strcmp(f[0], "numagpus") && nf == 3) {
@@ -583,6 +589,9 @@ int gb_table_parse(const char *text, size_t len, struct gb_table *t,
 			goto out;
 		}
 	}
+	t->can_open = calloc((size_t) t->ngpus + 1, 1);
+	if (!t->can_open)
+		goto oom;
 	rc = 0;
 	goto out;
 
@@ -803,6 +812,92 @@ int gb_rule_apply(const struct gb_table *t, int lid, const char *bind_type,
 	return 0;
 }
 
+static int access_dev(const char *dev)
+{
+	return access(dev, R_OK | W_OK) ? errno : 0;
+}
+
+static int is_number(const char *s)
+{
+	if (!*s)
+		return 0;
+	for (; *s; s++)
+		if (*s < '0' || *s > '9')
+			return 0;
+	return 1;
+}
+
+/* CUDA's number for GPU id among the GPUs the task can open (PCI order). */
+static int cuda_number(const struct gb_table *t, int id)
+{
+	const struct gb_gpu *g = &t->gpus[id];
+	int n = 0;
+
+	for (int i = 0; i < t->ngpus; i++) {
+		const struct gb_gpu *o = &t->gpus[i];
+		int before = (g->busid[0] && o->busid[0])
+				     ? strcmp(o->busid, g->busid) < 0
+				     : i < id;
+
+		if (t->can_open[i] && before)
+			n++;
+	}
+	return n;
+}
+
+int gb_result_restrict(const struct gb_table *t, struct gb_result *r,
+		       int (*can_open)(const char *dev), char *err,
+		       size_t errlen)
+{
+	int denied = 0, want = r->ngpus, kept = 0, numa;
+
+	if (!can_open)
+		can_open = access_dev;
+	for (int i = 0; i < t->ngpus; i++) {
+		int e = t->gpus[i].dev[0] ? can_open(t->gpus[i].dev) : 0;
+
+		t->can_open[i] = !(e == EPERM || e == EACCES);
+		denied += !t->can_open[i];
+	}
+	if (!denied || !want)
+		return 0;
+	if (denied == t->ngpus) {
+		seterr(err, errlen,
+		       "the task may open none of the step's %d GPUs (its "
+		       "device cgroup denies %s%s)", t->ngpus, t->gpus[0].dev,
+		       t->ngpus > 1 ? " and the others" : "");
+		return -1;
+	}
+	numa = t->gpus[r->gpus[0]].numa;
+	for (int i = 0; i < r->ngpus; i++)
+		if (t->can_open[r->gpus[i]])
+			r->gpus[kept++] = r->gpus[i];
+	r->ngpus = kept;
+	if (want > t->ngpus - denied)
+		want = t->ngpus - denied;
+	/* Fill up: allowed GPUs on the NUMA node of the first choice, then any. */
+	for (int pass = 0; pass < 2 && r->ngpus < want; pass++)
+		for (int i = 0; i < t->ngpus && r->ngpus < want; i++)
+			if (t->can_open[i] && (pass || t->gpus[i].numa == numa))
+				add_gpu(r, i);
+	r->restricted = 1;
+	for (int i = 0; i < r->ngpus; i++)
+		r->vis[i] = is_number(t->gpus[r->gpus[i]].visible)
+				    ? cuda_number(t, r->gpus[i])
+				    : -1;
+	return 0;
+}
+
+/* The CUDA_VISIBLE_DEVICES entry of the task's i-th GPU. */
+static void visible_of(const struct gb_table *t, const struct gb_result *r,
+		       int i, char *buf, size_t len)
+{
+	if (r->restricted && r->vis[i] >= 0)
+		(void) snprintf(buf, len, "%d", r->vis[i]);
+	else
+		(void) snprintf(buf, len, "%s", t->gpus[r->gpus[i]].visible);
+}
+
 /* ---- output ------------------------------------------------------------- */
 
 struct sbuf {
@@ -841,8 +936,12 @@ int gb_result_env(const struct gb_table *t, const struct gb_result *r,
 		return -1;
 	buf[0] = '\0';
 	sb_add(&b, "CUDA_VISIBLE_DEVICES=");
-	for (int i = 0; i < r->ngpus; i++)
-		sb_add(&b, "%s%s", i ? "," : "", t->gpus[r->gpus[i]].visible);
+	for (int i = 0; i < r->ngpus; i++) {
+		char v[sizeof(t->gpus[0].visible)];
+
+		visible_of(t, r, i, v, sizeof(v));
+		sb_add(&b, "%s%s", i ? "," : "", v);
+	}
 	sb_add(&b, "\nCUDA_DEVICE_ORDER=PCI_BUS_ID\nGPUBIND_GPUS=");
 	for (int i = 0; i < r->ngpus; i++)
 		sb_add(&b, "%s%d", i ? "," : "", t->gpus[r->gpus[i]].nvml);
@@ -876,8 +975,12 @@ int gb_result_logline(const struct gb_table *t, const struct gb_result *r,
 		return b.bad ? -1 : 0;
 	}
 	sb_add(&b, "task %d (rank %ld): CUDA_VISIBLE_DEVICES=", lid, rank);
-	for (int i = 0; i < r->ngpus; i++)
-		sb_add(&b, "%s%s", i ? "," : "", t->gpus[r->gpus[i]].visible);
+	for (int i = 0; i < r->ngpus; i++) {
+		char v[sizeof(t->gpus[0].visible)];
+
+		visible_of(t, r, i, v, sizeof(v));
+		sb_add(&b, "%s%s", i ? "," : "", v);
+	}
 	sb_add(&b, " -> ");
 	for (int i = 0; i < r->ngpus; i++) {
 		const struct gb_gpu *g = &t->gpus[r->gpus[i]];

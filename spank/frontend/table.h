@@ -34,6 +34,7 @@ struct gb_gpu {
 	char uuid[96];     /* GPU-.../MIG-... or "" */
 	int numa;          /* -1 none */
 	char nic[64];      /* RDMA device or "" */
+	char dev[256];     /* device node Slurm constrains (gres.conf File=) or "" */
 };
 
 struct gb_numa {
@@ -69,6 +70,9 @@ struct gb_table {
 	int nfallback;
 	struct gb_task *tasks;
 	cpu_set_t node_cpus;  /* union of all numa lines */
+	/* Scratch for gb_result_restrict in the task child: one byte per GPU,
+	 * allocated by gb_table_parse so that the task child never allocates. */
+	unsigned char *can_open;
 };
 
 /* The answer for one task. */
@@ -78,6 +82,10 @@ struct gb_result {
 	int by_table;         /* took its "task L" line */
 	int set_cpus;         /* cpus flag and a CPU list: set affinity to cpus */
 	cpu_set_t cpus;
+	/* Set by gb_result_restrict: the task may open only some step GPUs, and
+	 * vis[i] >= 0 is CUDA's number for gpus[i] among those. */
+	int restricted;
+	int vis[GB_MAX_PER_TASK];
 };
 
 /*
@@ -98,6 +106,23 @@ void gb_table_free(struct gb_table *t);
 int gb_rule_apply(const struct gb_table *t, int lid, const char *bind_type,
 		  const char *bind_list, const cpu_set_t *own,
 		  struct gb_result *r, char *err, size_t errlen);
+
+/*
+ * Keep the task within the step GPUs it may open, and number them as CUDA
+ * will inside the task. Slurm narrows a task's device cgroup below the
+ * step's GPUs (--gpus-per-task or --ntasks-per-gpu with ConstrainDevices),
+ * and isolate narrows it to the task's own; CUDA then enumerates only the
+ * devices the task can open, in PCI order (the plugin sets
+ * CUDA_DEVICE_ORDER=PCI_BUS_ID). can_open(dev) returns 0 when allowed,
+ * else an errno; NULL asks access(2), which consults the device cgroup (v1
+ * list or v2 program) without opening the device. EPERM/EACCES mean
+ * denied; other errors mean unknown and count as allowed. GPUs the rule
+ * chose that the task cannot open are replaced by ones it can, same NUMA
+ * node first. Returns 0, or -1 (err set) when the task can open none.
+ */
+int gb_result_restrict(const struct gb_table *t, struct gb_result *r,
+		       int (*can_open)(const char *dev), char *err,
+		       size_t errlen);
 
 /* CPU list "0-3,8" or "-" into set. Returns 0 or -1. */
 int gb_parse_cpulist(const char *s, cpu_set_t *set);

@@ -1,0 +1,130 @@
+package plugin
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gpubind/gpubind/tests/cluster"
+)
+
+// The configuration most GPU sites run: select/cons_tres (the harness default),
+// task/cgroup+task/affinity, proctrack/cgroup and ConstrainDevices=yes (cgroup/v1 on this
+// machine; cgroup/v2 runs on the GPU machine, tests/gpu/slurm.sh), with every way users ask
+// for GPUs. For each task: the GPUs the plugin chose are GPUs the task can open, and
+// CUDA_VISIBLE_DEVICES names them as CUDA numbers them inside the task (PCI order among the
+// devices it can open).
+func TestProductionConfig(t *testing.T) {
+	line := plugLine(t, "root="+fixture("dgxh100-2cpu"), "source=sysfs")
+	c := cluster.StartT(t, cluster.Config{CPUs: 8, TaskPlugin: "task/cgroup,task/affinity",
+		Proctrack: "proctrack/cgroup", ConstrainDevices: true, GPUs: 8, PlugStack: []string{line}})
+	script := prodScript(c)
+
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		tasks int
+	}{
+		{"gpus=4", []string{"-n2", "--gpus=4"}, 2},
+		{"gpus-per-node=4", []string{"-n2", "--gpus-per-node=4"}, 2},
+		{"gres=gpu:3", []string{"-n2", "--gres=gpu:3"}, 2},
+		{"gpus-per-task=1", []string{"-n2", "--gpus-per-task=1"}, 2},
+		{"gpus-per-task=2", []string{"-n2", "--gpus-per-task=2"}, 2},
+		{"ntasks-per-gpu=2", []string{"-n4", "--ntasks-per-gpu=2"}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(append([]string{}, tc.args...), "--cpu-bind=map_cpu:0,1,0,1", "--gpu-bind-topo", "sh", "-c", script)
+			out, errOut, err := c.Srun(ctx(t), args...)
+			if err != nil {
+				t.Fatalf("srun %v: %v\n%s\n%s", tc.args, err, out, errOut)
+			}
+			checkProd(t, c, out, tc.tasks)
+		})
+	}
+
+	t.Run("srun inside sbatch", func(t *testing.T) {
+		outFile := filepath.Join(c.Dir, "sbatch.out")
+		_, errOut, err := c.Run(ctx(t), "sbatch", "--wait", "-n2", "--gpus=2", "-o", outFile, "--wrap",
+			"srun --cpu-bind=map_cpu:0,1 --gpu-bind-topo sh -c "+shQuote(script))
+		out, _ := os.ReadFile(outFile)
+		if err != nil {
+			t.Fatalf("sbatch: %v\n%s\n%s", err, out, errOut)
+		}
+		checkProd(t, c, string(out), 2)
+	})
+	t.Run("srun inside salloc", func(t *testing.T) {
+		out, errOut, err := c.Run(ctx(t), "salloc", "-n2", "--gpus=2", c.Bin("srun"), "--cpu-bind=map_cpu:0,1",
+			"--gpu-bind-topo", "sh", "-c", script)
+		if err != nil {
+			t.Fatalf("salloc: %v\n%s\n%s", err, out, errOut)
+		}
+		checkProd(t, c, out, 2)
+	})
+	t.Run("two concurrent steps with --overlap", func(t *testing.T) {
+		step := c.Bin("srun") + " --overlap -n1 --cpu-bind=map_cpu:0 --gpu-bind-topo sh -c " + shQuote(script)
+		out, errOut, err := c.Run(ctx(t), "salloc", "-n2", "--gpus=2", "sh", "-c", step+" & "+step+"; wait")
+		if err != nil {
+			t.Fatalf("salloc: %v\n%s\n%s", err, out, errOut)
+		}
+		checkProd(t, c, out, 2)
+	})
+}
+
+// prodScript prints per task: local id, rank, CUDA_VISIBLE_DEVICES, the plugin's bus ids and
+// the minors of the fake GPUs the task may open (access(2) asks the device cgroup).
+func prodScript(c *cluster.Cluster) string {
+	return `a=; for f in ` + c.DevDir + `/nvidia[0-9]*; do [ -r "$f" ] && [ -w "$f" ] && a="$a${a:+,}${f##*nvidia}"; done; ` +
+		`echo "P $SLURM_LOCALID $SLURM_PROCID ${CUDA_VISIBLE_DEVICES:--} ${GPUBIND_PCI_BUS_IDS:--} ${a:--}"`
+}
+
+var prodRe = regexp.MustCompile(`(?m)^P (\d+) (\d+) (\S+) (\S+) (\S+)$`)
+
+func checkProd(t *testing.T, c *cluster.Cluster, out string, tasks int) {
+	t.Helper()
+	lines := prodRe.FindAllStringSubmatch(out, -1)
+	if len(lines) != tasks {
+		t.Fatalf("%d task lines, want %d:\n%s", len(lines), tasks, out)
+	}
+	for _, m := range lines {
+		open := []int{}
+		for _, s := range splitList(m[5]) {
+			n, _ := strconv.Atoi(s)
+			open = append(open, n)
+		}
+		sort.Ints(open) // dgxh100: minor order is PCI order
+		buses, visible := splitList(m[4]), splitList(m[3])
+		if len(buses) == 0 || len(buses) != len(visible) {
+			t.Errorf("task %s: CUDA_VISIBLE_DEVICES=%s for GPUs %s", m[2], m[3], m[4])
+			continue
+		}
+		for i, bus := range buses {
+			minor := slices.Index(dgxBus, bus) // GRES index = minor in this cluster
+			pos := slices.Index(open, minor)
+			if pos < 0 {
+				t.Errorf("task %s was given GPU %s (minor %d) but can open only minors %v (Slurm %s)",
+					m[2], bus, minor, open, slurmVersion(c))
+				continue
+			}
+			if visible[i] != strconv.Itoa(pos) {
+				t.Errorf("task %s: CUDA_VISIBLE_DEVICES entry %q for GPU %s; CUDA in the task sees minors %v and numbers it %d (Slurm %s)",
+					m[2], visible[i], bus, open, pos, slurmVersion(c))
+			}
+		}
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s", out)
+	}
+}
+
+func slurmVersion(c *cluster.Cluster) string {
+	out, _, _ := c.Run(context.Background(), "srun", "--version")
+	return strings.TrimSpace(out)
+}
+
+func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
