@@ -17,10 +17,16 @@
  *                     cgroup v2, loads one BPF device program (plus its two
  *                     maps) per local task.
  *   gb_cg_apply       slurm_spank_task_post_fork (parent, root, after Slurm
- *                     moved the pid into its own task cgroups): creates the
- *                     task's cgroup below the one Slurm put it in (named
- *                     gpubind_jJOB_sSTEP_pSTEPDPID_tTASK[_mMINORS]), fills in
- *                     the rules and moves the pid there.
+ *                     moved the pid into its own task cgroups). cgroup v2
+ *                     with a Slurm task cgroup (task_N): the rules go onto
+ *                     task_N itself and the task stays there, because Slurm
+ *                     finds a task's processes (signals, proctrack's wait,
+ *                     accounting) only in task_N/cgroup.procs. Otherwise
+ *                     (v1, or no task cgroup): creates the task's cgroup
+ *                     below the one Slurm put it in (named
+ *                     gpubind_jJOB_sSTEP_pSTEPDPID_tTASK), fills in the
+ *                     rules and moves the pid there. The task child learns
+ *                     its GPUs from access(2) (gb_result_restrict).
  *   gb_cg_task_exit   slurm_spank_task_exit: removes what apply made.
  *   gb_cg_fini        slurm_spank_exit: retries anything still busy, closes
  *                     the descriptors and frees the state.
@@ -81,16 +87,6 @@ int gb_cg_prepare(struct gb_cg **out, const struct gb_cg_config *cfg,
 int gb_cg_apply(struct gb_cg *cg, int local_id, pid_t pid, const int *minors,
 		int nminors, const cpu_set_t *cpus, const cpu_set_t *mems,
 		char *err, size_t errlen);
-
-/*
- * In the task child (slurm_spank_task_init, before exec): the GPU minors its
- * isolate cgroup allows, in the order apply was given them, read from the
- * cgroup's name in /proc/self/cgroup. The parent decided them in
- * task_post_fork after this child was forked, so this is how the child's
- * CUDA_VISIBLE_DEVICES is made to match. Returns the count, or -1 when the
- * process is in no isolate cgroup of the plugin. No allocation.
- */
-int gb_cg_self_minors(int *minors, int max);
 
 /* After the task ended: remove its cgroups (an EBUSY one is kept for fini). */
 int gb_cg_task_exit(struct gb_cg *cg, int local_id, char *err, size_t errlen);

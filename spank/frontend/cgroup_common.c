@@ -326,69 +326,13 @@ int gb_cg_move_pid(const char *dir, pid_t pid, char *err, size_t errlen)
 	return gb_cg_write_file(path, text, err, errlen);
 }
 
-int gb_cg_task_name(const struct gb_cg *cg, int local_id, const int *minors,
-		    int nminors, char *buf, size_t len)
+int gb_cg_task_name(const struct gb_cg *cg, int local_id, char *buf,
+		    size_t len)
 {
-	size_t off;
 	int n = snprintf(buf, len, "gpubind_j%u_s%u_p%ld_t%d", cg->job_id,
 			 cg->step_id, cg->stepd_pid, local_id);
 
-	if (n < 0 || (size_t)n >= len)
-		return -1;
-	off = (size_t)n;
-	if (!(cg->flags & GB_CG_ISOLATE))
-		return 0;
-	/* The task child reads its GPUs back from here (gb_cg_self_minors). */
-	if (nminors == 0) {
-		n = snprintf(buf + off, len - off, "_mnone");
-		return (n < 0 || (size_t)n >= len - off) ? -1 : 0;
-	}
-	for (int i = 0; i < nminors; i++) {
-		n = snprintf(buf + off, len - off, "%s%d", i ? "." : "_m",
-			     minors[i]);
-		if (n < 0 || (size_t)n >= len - off)
-			return -1;
-		off += (size_t)n;
-	}
-	return 0;
-}
-
-int gb_cg_self_minors(int *minors, int max)
-{
-	char buf[8192], *p;
-	int n = 0;
-
-	if (gb_cg_read_file("/proc/self/cgroup", buf, sizeof(buf), NULL, 0))
-		return -1;
-	for (p = strstr(buf, "/gpubind_j"); p; p = strstr(p + 1, "/gpubind_j")) {
-		char *m = p + 1, *end;
-
-		/* Only this path component, and only one with _m. */
-		end = m + strcspn(m, "/\n");
-		while (m < end && strncmp(m, "_m", 2) != 0)
-			m++;
-		if (m >= end)
-			continue;
-		m += 2;
-		if (strncmp(m, "none", 4) == 0 && m + 4 == end)
-			return 0;
-		while (m < end) {
-			char *e;
-			long v = strtol(m, &e, 10);
-
-			if (e == m || v < 0 || v > GB_CG_MAX_GPU_MINOR ||
-			    n >= max)
-				return -1;
-			minors[n++] = (int)v;
-			m = e;
-			if (m < end && *m != '.')
-				return -1;
-			if (m < end)
-				m++;
-		}
-		return n;
-	}
-	return -1;
+	return (n < 0 || (size_t)n >= len) ? -1 : 0;
 }
 
 /*
@@ -632,9 +576,7 @@ int gb_cg_apply(struct gb_cg *cg, int local_id, pid_t pid, const int *minors,
 	}
 	if (!(cg->flags & GB_CG_ISOLATE) && !cpus && !mems)
 		return GB_CG_OK;  /* nothing to narrow */
-	if (gb_cg_task_name(cg, local_id, minors,
-			    (cg->flags & GB_CG_ISOLATE) ? nminors : 0, name,
-			    sizeof(name)) < 0)
+	if (gb_cg_task_name(cg, local_id, name, sizeof(name)) < 0)
 		return gb_cg_errf(err, errlen, GB_CG_ERROR,
 				  "cgroup: task %d: cgroup name longer than "
 				  "%zu bytes", local_id, sizeof(name) - 1);
@@ -706,6 +648,6 @@ const char *gb_cg_task_path(const struct gb_cg *cg, int local_id)
 	if (!t->applied)
 		return "";
 	if (cg->version == GB_CG_V2)
-		return t->v2_dir;
+		return t->in_place ? t->v2_parent : t->v2_dir;
 	return t->dev_dir[0] ? t->dev_dir : t->cpuset_dir;
 }

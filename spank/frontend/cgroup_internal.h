@@ -24,9 +24,16 @@ struct gb_cg_task {
 	/* v1: the plugin's cgroups in the devices and cpuset hierarchies. */
 	char dev_dir[GB_CG_PATHLEN];
 	char cpuset_dir[GB_CG_PATHLEN];
-	/* v2: the plugin's cgroup and the one Slurm put the task in. */
+	/*
+	 * v2: the cgroup Slurm put the task in, and the plugin's own child
+	 * cgroup below it, made only where that is no Slurm task cgroup
+	 * (in_place = 0). Slurm's cgroup/v2 finds a task's processes only in
+	 * task_N/cgroup.procs (signals, proctrack wait, accounting), so a task
+	 * in a Slurm task cgroup is never moved: the program goes onto task_N.
+	 */
 	char v2_dir[GB_CG_PATHLEN];
 	char v2_parent[GB_CG_PATHLEN];
+	int in_place;
 	/* v2: descriptors opened by prepare (before fork). */
 	int prog_fd;    /* the task's device program */
 	int minors_fd;  /* array map: minor -> 1 if allowed */
@@ -37,6 +44,7 @@ struct gb_cg_task {
 	 */
 	int replaced;
 	uint32_t replaced_id;
+	int attached;  /* v2: our program is attached (in place or below) */
 	int cleanup_pending;
 };
 
@@ -69,9 +77,9 @@ int gb_cg_pid_dir(pid_t pid, const struct gb_cg_mount *m, const char *ctrl,
 int gb_cg_mkdir_fresh(const char *dir, char *err, size_t errlen);
 int gb_cg_rmdir(const char *dir, char *err, size_t errlen);
 int gb_cg_move_pid(const char *dir, pid_t pid, char *err, size_t errlen);
-/* gpubind_jJOB_sSTEP_pPID_tTASK[_mMINOR.MINOR...|_mnone] (isolate adds _m). */
-int gb_cg_task_name(const struct gb_cg *cg, int local_id, const int *minors,
-		    int nminors, char *buf, size_t len);
+/* gpubind_jJOB_sSTEP_pPID_tTASK: the plugin's own cgroup of a task. */
+int gb_cg_task_name(const struct gb_cg *cg, int local_id, char *buf,
+		    size_t len);
 /* Child cpuset = want & parent's (both files named by the caller). */
 int gb_cg_narrow_cpuset(const char *dir, const char *parent_cpus_file,
 			const char *parent_mems_file, const cpu_set_t *cpus,

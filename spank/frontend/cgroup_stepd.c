@@ -223,40 +223,6 @@ int gb_cgroup_task_post_fork(spank_t sp, const struct gb_table *plan)
 	return cg_failed(why);
 }
 
-int gb_cgroup_task_init(const struct gb_table *plan, int lid,
-			struct gb_result *r, char *err, size_t errlen)
-{
-	int m[GB_MAX_PER_TASK], n, ids[GB_MAX_PER_TASK], same;
-
-	if (!cg || !plan || !(plan->flags & GB_FLAG_ISOLATE))
-		return 0;
-	n = gb_cg_self_minors(m, GB_MAX_PER_TASK);
-	if (n < 0)
-		return 0;  /* not isolated (mode=optional after a refusal) */
-	for (int i = 0; i < n; i++) {
-		ids[i] = -1;
-		for (int g = 0; g < plan->ngpus; g++)
-			if (plan->gpus[g].minor == m[i])
-				ids[i] = g;
-		if (ids[i] < 0) {
-			(void) snprintf(err, errlen,
-					"task %d: its cgroup allows minor %d, "
-					"which is no GPU of the plan", lid,
-					m[i]);
-			return -1;
-		}
-	}
-	same = (n == r->ngpus);
-	for (int i = 0; same && i < n; i++)
-		same = (ids[i] == r->gpus[i]);
-	if (!same)
-		gb_verbose("task %d: GPUs follow its cgroup (decided in "
-			   "task_post_fork from the tasks' CPU masks)", lid);
-	memcpy(r->gpus, ids, sizeof(int) * (size_t)n);
-	r->ngpus = n;
-	return 0;
-}
-
 int gb_cgroup_task_exit(spank_t sp)
 {
 	int lid = -1;

@@ -20,15 +20,6 @@ int gb_cgroup_prepare(spank_t sp, const struct gb_table *plan);
 /* slurm_spank_task_post_fork: moves the task into its cgroup(s). */
 int gb_cgroup_task_post_fork(spank_t sp, const struct gb_table *plan);
 
-/*
- * slurm_spank_task_init (the task child), after gb_rule_apply: with
- * isolate, replaces r's GPUs by those the cgroup allows (the parent's
- * decision), so that CUDA_VISIBLE_DEVICES matches. Returns -1 with err
- * when the cgroup names a GPU that is not in the plan.
- */
-int gb_cgroup_task_init(const struct gb_table *plan, int lid,
-			struct gb_result *r, char *err, size_t errlen);
-
 /* slurm_spank_task_exit: removes the task's cgroup(s). */
 int gb_cgroup_task_exit(spank_t sp);
 

@@ -337,6 +337,20 @@ static int up(char *dir)
 	return 1;
 }
 
+/* dir is a Slurm task cgroup: its last component is task_<digits>. */
+static int is_slurm_task_dir(const char *dir)
+{
+	const char *base = strrchr(dir, '/');
+
+	base = base ? base + 1 : dir;
+	if (strncmp(base, "task_", 5) || !base[5])
+		return 0;
+	for (base += 5; *base; base++)
+		if (*base < '0' || *base > '9')
+			return 0;
+	return 1;
+}
+
 /* The only pid in dir's cgroup.procs is pid (a per-task cgroup). */
 static int only_pid(const char *dir, pid_t pid, char *err, size_t errlen)
 {
@@ -413,13 +427,31 @@ int gb_cg_v2_apply(struct gb_cg *cg, struct gb_cg_task *t, int local_id,
 			   sizeof(t->v2_parent), err, errlen);
 	if (rc)
 		return rc;
-	rc = gb_cg_join(t->v2_dir, sizeof(t->v2_dir), t->v2_parent, name, err,
-			errlen);
-	if (rc)
+	t->in_place = is_slurm_task_dir(t->v2_parent) &&
+		      only_pid(t->v2_parent, pid, NULL, 0);
+	if (t->in_place)
+		t->v2_dir[0] = '\0';
+	else if ((rc = gb_cg_join(t->v2_dir, sizeof(t->v2_dir), t->v2_parent,
+				  name, err, errlen)))
 		return rc;
-	/* A child has cpuset files only if its parent enables cpuset. */
+	/* A cgroup has cpuset files only if its parent enables cpuset. */
 	cpuset_ok = 0;
-	if (cpus || mems) {
+	if ((cpus || mems) && t->in_place) {
+		char cf[GB_CG_PATHLEN + 32];
+
+		rc = gb_cg_join(cf, sizeof(cf), t->v2_parent, "cpuset.cpus",
+				err, errlen);
+		if (rc)
+			return rc;
+		cpuset_ok = access(cf, W_OK) == 0;
+		if (!cpuset_ok && !(cg->flags & GB_CG_ISOLATE))
+			return gb_cg_errf(err, errlen, GB_CG_UNSUPPORTED,
+					  "cpus: %s has no cpuset controller "
+					  "(its parent does not enable cpuset in "
+					  "cgroup.subtree_control; Slurm's "
+					  "ConstrainCores=yes does); CPUs not "
+					  "narrowed by cgroup", t->v2_parent);
+	} else if (cpus || mems) {
 		char sc[GB_CG_PATHLEN + 32], ctl[1024], *tok, *save = NULL;
 
 		rc = gb_cg_join(sc, sizeof(sc), t->v2_parent,
@@ -517,15 +549,18 @@ int gb_cg_v2_apply(struct gb_cg *cg, struct gb_cg_task *t, int local_id,
 		}
 	}
 
-	rc = gb_cg_mkdir_fresh(t->v2_dir, err, errlen);
-	if (rc) {
-		t->v2_dir[0] = '\0';
-		goto out;
+	if (!t->in_place) {
+		rc = gb_cg_mkdir_fresh(t->v2_dir, err, errlen);
+		if (rc) {
+			t->v2_dir[0] = '\0';
+			goto out;
+		}
 	}
 	t->applied = 1;
 
 	if (cg->flags & GB_CG_ISOLATE) {
-		const char *at = replace ? t->v2_parent : t->v2_dir;
+		const char *at = (replace || t->in_place) ? t->v2_parent
+							  : t->v2_dir;
 		const char *check = at;
 
 		cg_fd = open(at, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -536,6 +571,9 @@ int gb_cg_v2_apply(struct gb_cg *cg, struct gb_cg_task *t, int local_id,
 		}
 		if (attach(cg_fd, t->prog_fd,
 			   replace ? 0 : BPF_F_ALLOW_MULTI) < 0) {
+			/* Nothing of ours is attached: no detach at cleanup. */
+			if (t->in_place)
+				t->applied = 0;
 			rc = gb_cg_errf(err, errlen,
 					errno == EPERM ? GB_CG_REFUSED
 						       : GB_CG_ERROR,
@@ -547,6 +585,7 @@ int gb_cg_v2_apply(struct gb_cg *cg, struct gb_cg_task *t, int local_id,
 			t->replaced = 1;
 			t->replaced_id = target_id;
 		}
+		t->attached = 1;
 		/* Post-condition: all that was in force still is, or is
 		 * our tail-call target. Otherwise undo and refuse. */
 		rc = query(check, 1, after, &nafter, NULL, err, errlen);
@@ -566,10 +605,13 @@ int gb_cg_v2_apply(struct gb_cg *cg, struct gb_cg_task *t, int local_id,
 		}
 		if (rc != GB_CG_OK) {
 			/* Undo; if that fails, cleanup's rmdir/restore does. */
-			if (!replace)
-				(void)detach(cg_fd, t->prog_fd);
-			else if (attach(cg_fd, target_fd, 0) == 0)
+			if (!replace) {
+				if (detach(cg_fd, t->prog_fd) == 0)
+					t->attached = 0;
+			} else if (attach(cg_fd, target_fd, 0) == 0) {
 				t->replaced = 0;
+				t->attached = 0;
+			}
 			goto out;
 		}
 	}
@@ -577,17 +619,21 @@ int gb_cg_v2_apply(struct gb_cg *cg, struct gb_cg_task *t, int local_id,
 	if (cpuset_ok) {
 		char pc[GB_CG_PATHLEN + 32], pm[GB_CG_PATHLEN + 32];
 
+		/* In place: within what task_N has; else within the parent. */
 		if ((rc = gb_cg_join(pc, sizeof(pc), t->v2_parent,
 				     "cpuset.cpus.effective", err, errlen)) ||
 		    (rc = gb_cg_join(pm, sizeof(pm), t->v2_parent,
 				     "cpuset.mems.effective", err, errlen)) ||
-		    (rc = gb_cg_narrow_cpuset(t->v2_dir, pc, pm, cpus, mems,
-					      err, errlen)))
+		    (rc = gb_cg_narrow_cpuset(t->in_place ? t->v2_parent
+							  : t->v2_dir,
+					      pc, pm, cpus, mems, err, errlen)))
 			goto out;
 	}
-	rc = gb_cg_move_pid(t->v2_dir, pid, err, errlen);
-	if (rc)
-		goto out;
+	if (!t->in_place) {
+		rc = gb_cg_move_pid(t->v2_dir, pid, err, errlen);
+		if (rc)
+			goto out;
+	}
 	if ((cpus || mems) && !cpuset_ok)
 		rc = gb_cg_errf(err, errlen, GB_CG_UNSUPPORTED,
 				"cpus: the cpuset controller is not enabled "
@@ -606,6 +652,27 @@ int gb_cg_v2_cleanup(struct gb_cg *cg, struct gb_cg_task *t, char *err,
 		     size_t errlen)
 {
 	(void)cg;
+	/* In place, a program of ours that replaced none: detach it. Slurm
+	 * may have removed task_N already (ENOENT), which detaches it too. */
+	if (t->in_place && t->attached && !t->replaced) {
+		int cfd = open(t->v2_parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+		if (cfd < 0 && errno != ENOENT)
+			return gb_cg_errf(err, errlen, GB_CG_ERROR,
+					  "open %s: %s", t->v2_parent,
+					  strerror(errno));
+		if (cfd >= 0) {
+			int e = detach(cfd, t->prog_fd) ? errno : 0;
+
+			close(cfd);
+			if (e && e != ENOENT)
+				return gb_cg_errf(err, errlen, GB_CG_ERROR,
+						  "detaching the device program "
+						  "from %s: %s", t->v2_parent,
+						  strerror(e));
+		}
+		t->attached = 0;
+	}
 	/* rmdir also detaches what is attached there. */
 	if (t->v2_dir[0]) {
 		if (gb_cg_rmdir(t->v2_dir, err, errlen) != GB_CG_OK)

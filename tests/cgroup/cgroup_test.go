@@ -574,8 +574,10 @@ func TestV2SlurmLayout(t *testing.T) {
 		}
 		r := runTask(t, dev, args, allProbes...)
 		r.ok(t)
-		if filepath.Dir(r.path) != task0 {
-			t.Errorf("plugin cgroup %s is not a child of Slurm's task cgroup %s", r.path, task0)
+		// The task stays in Slurm's task cgroup, where Slurm's cgroup/v2 looks for it
+		// (signals, proctrack's wait, accounting read task_N/cgroup.procs only).
+		if r.path != task0 {
+			t.Errorf("isolated task is in %s, not in Slurm's task cgroup %s", r.path, task0)
 		}
 		// Own GPU only; the step's other GPU, the job's other GPUs and the other
 		// job's GPUs all denied; control devices and /dev/null as before.
@@ -698,24 +700,26 @@ func TestV2CpusWithoutCpusetController(t *testing.T) {
 	noLeftovers(t)
 }
 
-// The task child reads its GPUs back from its cgroup's name (gb_cg_self_minors), so its
-// CUDA_VISIBLE_DEVICES matches what the parent allowed, in the parent's order.
-func TestSelfMinors(t *testing.T) {
+// The task child learns which GPUs it may use from access(2), which asks the device cgroup
+// (v1 devices list, v2 BPF program) without opening the device: what gb_result_restrict relies
+// on for isolate and for Slurm's per-task device binding.
+func TestAccessSeesDeviceCgroup(t *testing.T) {
 	bin := tool(t)
 	m := findMounts(t)
+	dev := fakeGPUs(t)
 	for _, tc := range []struct {
 		version, minors, want string
 		ok                    bool
 	}{
-		{"1", "3,1", "self 2 3,1", m.devices != ""},
-		{"2", "3,1", "self 2 3,1", m.unified != ""},
-		{"2", "-", "self 0", m.unified != ""},
+		{"1", "3,1", "access 1,3", m.devices != ""},
+		{"2", "3,1", "access 1,3", m.unified != ""},
+		{"2", "-", "access", m.unified != ""},
 	} {
 		if !tc.ok {
 			continue
 		}
 		out, err := exec.Command(bin, "task", "--version", tc.version, "--isolate", "--job", job(),
-			"--step-minors", "0,1,2,3", "--minors", tc.minors, "--", bin, "self").CombinedOutput()
+			"--step-minors", "0,1,2,3", "--minors", tc.minors, "--", bin, "access", dev).CombinedOutput()
 		if err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
@@ -723,9 +727,9 @@ func TestSelfMinors(t *testing.T) {
 			t.Errorf("v%s minors %s: want %q in\n%s", tc.version, tc.minors, tc.want, out)
 		}
 	}
-	out, err := exec.Command(bin, "self").CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "self -1" {
-		t.Errorf("outside any plugin cgroup: %q, %v; want self -1", out, err)
+	out, err := exec.Command(bin, "access", dev).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "access 0,1,2,3,4,5,6,7" {
+		t.Errorf("outside any plugin cgroup: %q, %v; want all 8", out, err)
 	}
 }
 

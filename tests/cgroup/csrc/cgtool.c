@@ -24,7 +24,7 @@
  *   cgtool progs            every BPF program and map id: "prog ID" /
  *                           "map ID" (leftover checks; opens nothing)
  *   cgtool describe [MOUNTINFO]   the hierarchies the plugin would use
- *   cgtool self             gb_cg_self_minors() of this process: "self N m,m"
+ *   cgtool access DIR       minors of DIR/nvidiaN that access(2) allows: "access m,m"
  */
 #include "cgroup.h"
 #include "cgroup_internal.h"
@@ -573,12 +573,20 @@ int main(int argc, char **argv)
 		return cmd_progs();
 	if (strcmp(argv[1], "describe") == 0)
 		return cmd_describe(argc, argv);
-	if (strcmp(argv[1], "self") == 0) {
-		/* What a task child would read back in task_init. */
-		int m[256], n = gb_cg_self_minors(m, 256);
-		printf("self %d", n);
-		for (int i = 0; i < n; i++)
-			printf("%s%d", i ? "," : " ", m[i]);
+	if (strcmp(argv[1], "access") == 0 && argc == 3) {
+		/* What a task child learns in task_init (gb_result_restrict):
+		 * access(2) on each nvidiaN of DIR asks the device cgroup. */
+		char p[4096];
+		int first = 1;
+
+		printf("access");
+		for (int m = 0; m < 256; m++) {
+			snprintf(p, sizeof(p), "%s/nvidia%d", argv[2], m);
+			if (access(p, F_OK) == 0 && access(p, R_OK | W_OK) == 0) {
+				printf("%s%d", first ? " " : ",", m);
+				first = 0;
+			}
+		}
 		printf("\n");
 		return 0;
 	}
