@@ -140,7 +140,7 @@ static int build_request(spank_t sp, const char *option, struct req *r)
 	char num[32], host[256];
 	char *ids = NULL;
 	size_t idlen = 0;
-	int failed;
+	int failed = 0;
 
 	req_add(r, "option", option);
 	req_add(r, "mode", gb_conf.mode_optional ? "optional" : "enforce");
@@ -166,12 +166,18 @@ static int build_request(spank_t sp, const char *option, struct req *r)
 	req_add(r, "gid", num);
 
 	{
-		char *nn = getenv_alloc(sp, "SLURMD_NODENAME", &failed);
+		/*
+		 * slurmstepd's own SLURMD_NODENAME (it sets it at start) names
+		 * this node. The job's may not: an srun inside sbatch carries
+		 * the batch host's name to every node of the step.
+		 */
+		char *nn = getenv("SLURMD_NODENAME") ?
+			strdup(getenv("SLURMD_NODENAME")) : NULL;
 
+		if (!nn)
+			nn = getenv_alloc(sp, "SLURMD_NODENAME", &failed);
 		if (failed)
 			return -1;
-		if (!nn && getenv("SLURMD_NODENAME"))
-			nn = strdup(getenv("SLURMD_NODENAME"));
 		if (!nn && !gethostname(host, sizeof(host))) {
 			host[sizeof(host) - 1] = '\0';
 			host[strcspn(host, ".")] = '\0';

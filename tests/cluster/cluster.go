@@ -42,6 +42,7 @@ type Config struct {
 	GresOrder        []int    // minor number of each GRES index in gres.conf File= order; default 0..GPUs-1
 	ConstrainDevices bool     // cgroup.conf ConstrainDevices=yes (needs task/cgroup)
 	PlugStack        []string // lines of plugstack.conf (e.g. "required /path/spank_gpubind.so root=...")
+	GresConf         []string // gres.conf lines replacing the generated ones; @DEV@ stands for DevDir
 	SlurmConf        []string // extra slurm.conf lines; a line replaces the harness's line with the same key
 
 	// SlurmPrefix is the install prefix of the Slurm to run (bin/, sbin/ below it), for the

@@ -108,7 +108,7 @@ func (cfg Config) normalize() (Config, error) {
 	if cfg.ConstrainDevices && !cfg.usesTaskCgroup() {
 		return cfg, fmt.Errorf("cluster: Config.ConstrainDevices needs TaskPlugin with task/cgroup, got %q", cfg.TaskPlugin)
 	}
-	for i, l := range append(append([]string(nil), cfg.PlugStack...), cfg.SlurmConf...) {
+	for i, l := range append(append(append([]string(nil), cfg.PlugStack...), cfg.SlurmConf...), cfg.GresConf...) {
 		if strings.ContainsAny(l, "\n\r") {
 			return cfg, fmt.Errorf("cluster: config line %d %q: expected a single line without newlines", i, l)
 		}
@@ -211,6 +211,12 @@ func (c *Cluster) writeConfigs(ctldPort int, nodePorts []int, mungeSocket string
 	var gres []string
 	for _, m := range cfg.GresOrder {
 		gres = append(gres, fmt.Sprintf("Name=gpu File=%s", filepath.Join(c.DevDir, fmt.Sprintf("nvidia%d", m))))
+	}
+	if cfg.GresConf != nil {
+		gres = nil
+		for _, l := range cfg.GresConf {
+			gres = append(gres, strings.ReplaceAll(l, "@DEV@", c.DevDir))
+		}
 	}
 	if err := writeLines(c.GresConfPath, gres); err != nil {
 		return err

@@ -128,3 +128,35 @@ func slurmVersion(c *cluster.Cluster) string {
 }
 
 func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// Each node maps GRES indices with its own gres.conf lines. An srun inside sbatch carries the
+// batch host's SLURMD_NODENAME in the job's environment to every node; the plugin must name
+// the node it runs on (slurmstepd's own SLURMD_NODENAME). Here node2 lists the GPUs in the
+// reverse order, so GRES index 0 is minor 0 on node1 and minor 7 on node2.
+func TestPerNodeGresConfInsideSbatch(t *testing.T) {
+	line := plugLine(t, "root="+fixture("dgxh100-2cpu"), "source=sysfs")
+	c := cluster.StartT(t, cluster.Config{Nodes: 2, CPUs: 8, TaskPlugin: "task/affinity", GPUs: 8,
+		PlugStack: []string{line}, GresConf: []string{
+			"NodeName=node1 Name=gpu File=@DEV@/nvidia[0-7]",
+			"NodeName=node2 Name=gpu File=@DEV@/nvidia7,@DEV@/nvidia6,@DEV@/nvidia5,@DEV@/nvidia4," +
+				"@DEV@/nvidia3,@DEV@/nvidia2,@DEV@/nvidia1,@DEV@/nvidia0",
+		}})
+	outFile := filepath.Join(c.Dir, "pernode.out")
+	_, errOut, err := c.Run(ctx(t), "sbatch", "--wait", "-N2", "--ntasks-per-node=1", "--gpus-per-node=1",
+		"-o", outFile, "--wrap", "srun --cpu-bind=none --gpu-bind-topo sh -c "+shQuote(taskScript))
+	out, _ := os.ReadFile(outFile)
+	if err != nil {
+		t.Fatalf("sbatch: %v\n%s\n%s", err, out, errOut)
+	}
+	want := map[string]string{"node1": dgxBus[0], "node2": dgxBus[7]}
+	tasks := parseTasks(t, string(out))
+	if len(tasks) != 2 {
+		t.Fatalf("%d tasks:\n%s", len(tasks), out)
+	}
+	for _, tk := range tasks {
+		if tk.BusIDs != want[tk.Node] {
+			t.Errorf("%s: GRES index 0 mapped to %s, want %s (its own gres.conf line; Slurm %s)",
+				tk.Node, tk.BusIDs, want[tk.Node], slurmVersion(c))
+		}
+	}
+}
