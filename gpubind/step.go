@@ -117,8 +117,9 @@ func findUUID(t *Topology, u string) (int, *MIGDevice) {
 	return -1, nil
 }
 
-// ResolveStep finds the step's GPUs. Slurm numbers (SLURM_STEP_GPUS, else
-// SLURM_JOB_GPUS) are GRES indices, mapped through gm; UUIDs are looked up directly.
+// ResolveStep finds the step's GPUs. Slurm numbers (SLURM_STEP_GPUS) are GRES indices,
+// mapped through gm; UUIDs are looked up directly. SLURM_JOB_GPUS without SLURM_STEP_GPUS
+// is a step without GPUs in a job with GPUs: no GPUs.
 // CUDA_VISIBLE_DEVICES decides the numbering under NumberingAuto, and is the GPU list
 // only when Slurm set neither variable. With no list at all, the step may use every
 // GPU of the node (Slurm does not manage GPUs there).
@@ -130,7 +131,14 @@ func ResolveStep(t *Topology, env StepEnv, gm *GresMap, num Numbering) (*Step, e
 	case env.StepGPUs != nil:
 		slurmName, slurmList = "SLURM_STEP_GPUS", env.StepGPUs
 	case env.JobGPUs != nil:
-		slurmName, slurmList = "SLURM_JOB_GPUS", env.JobGPUs
+		// Slurm sets SLURM_STEP_GPUS for every step that has GPUs. A step of a job with
+		// GPUs that has none (--gres=none, --gpus=0) must not take the job's, which
+		// belong to its sibling steps.
+		st.Notes = append(st.Notes, fmt.Sprintf("the job has GPUs (SLURM_JOB_GPUS=%s) but this step has none (no SLURM_STEP_GPUS)", *env.JobGPUs))
+		if num == NumberingAuto {
+			st.Numbering = NumberingGlobal
+		}
+		return st, nil
 	}
 	var cvd []listItem
 	if env.CudaVisible != nil {

@@ -160,3 +160,28 @@ func TestPerNodeGresConfInsideSbatch(t *testing.T) {
 		}
 	}
 }
+
+// A step without GPUs (--gres=none, --gpus=0) in a job with GPUs has no SLURM_STEP_GPUS but
+// inherits SLURM_JOB_GPUS. Those GPUs belong to the job's other steps: the plugin binds
+// nothing.
+func TestStepWithoutGPUsInAJobWithGPUs(t *testing.T) {
+	line := plugLine(t, "root="+fixture("dgxh100-2cpu"), "source=sysfs")
+	c := cluster.StartT(t, cluster.Config{CPUs: 8, TaskPlugin: "task/affinity", GPUs: 8, PlugStack: []string{line}})
+	outFile := filepath.Join(c.Dir, "nogpu.out")
+	_, errOut, err := c.Run(ctx(t), "sbatch", "--wait", "-n1", "--gpus=2", "-o", outFile, "--wrap",
+		"for o in --gres=none --gpus=0; do srun -n1 $o --cpu-bind=none --gpu-bind-topo sh -c "+shQuote(taskScript)+"; done")
+	out, _ := os.ReadFile(outFile)
+	if err != nil {
+		t.Fatalf("sbatch: %v\n%s\n%s", err, out, errOut)
+	}
+	tasks := parseTasks(t, string(out))
+	if len(tasks) != 2 {
+		t.Fatalf("%d task lines, want 2:\n%s", len(tasks), out)
+	}
+	for i, tk := range tasks {
+		if tk.BusIDs != "-" || tk.Visible != "-" {
+			t.Errorf("step %d without GPUs was bound: CUDA_VISIBLE_DEVICES=%s GPUs %s (Slurm %s)\n%s",
+				i, tk.Visible, tk.BusIDs, slurmVersion(c), out)
+		}
+	}
+}
