@@ -23,6 +23,7 @@
  *   cgtool query DIR        ids of programs attached at DIR, with flags
  *   cgtool progs            every BPF program and map id: "prog ID" /
  *                           "map ID" (leftover checks; opens nothing)
+ *   cgtool prognames        every BPF program: "prog ID NAME"
  *   cgtool describe [MOUNTINFO]   the hierarchies the plugin would use
  *   cgtool access DIR       minors of DIR/nvidiaN that access(2) allows: "access m,m"
  */
@@ -536,6 +537,41 @@ static int cmd_progs(void)
 	return 0;
 }
 
+/* "prog ID NAME" for every loaded BPF program: finds the plugin's by name. */
+static int cmd_prognames(void)
+{
+	union bpf_attr a;
+	uint32_t id = 0;
+
+	for (;;) {
+		struct bpf_prog_info info;
+		int fd;
+
+		memset(&a, 0, sizeof(a));
+		a.start_id = id;
+		if (sys_bpf(BPF_PROG_GET_NEXT_ID, &a) < 0) {
+			if (errno != ENOENT)
+				die("GET_NEXT_ID: %s", strerror(errno));
+			break;
+		}
+		id = a.next_id;
+		memset(&a, 0, sizeof(a));
+		a.prog_id = id;
+		fd = (int)sys_bpf(BPF_PROG_GET_FD_BY_ID, &a);
+		if (fd < 0)
+			continue; /* gone meanwhile */
+		memset(&info, 0, sizeof(info));
+		memset(&a, 0, sizeof(a));
+		a.info.bpf_fd = (uint32_t)fd;
+		a.info.info_len = sizeof(info);
+		a.info.info = (unsigned long)&info;
+		if (sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &a) == 0)
+			printf("prog %u %s\n", id, info.name[0] ? info.name : "-");
+		close(fd);
+	}
+	return 0;
+}
+
 static int cmd_describe(int argc, char **argv)
 {
 	struct gb_cg_config cfg;
@@ -571,6 +607,8 @@ int main(int argc, char **argv)
 		return cmd_query(argc, argv);
 	if (strcmp(argv[1], "progs") == 0)
 		return cmd_progs();
+	if (strcmp(argv[1], "prognames") == 0)
+		return cmd_prognames();
 	if (strcmp(argv[1], "describe") == 0)
 		return cmd_describe(argc, argv);
 	if (strcmp(argv[1], "access") == 0 && argc == 3) {

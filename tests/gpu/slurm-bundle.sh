@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Prepares what tests/gpu/slurm.sh needs on the GPU machine, which has no Slurm, no munged and
+# no network: a Slurm 26.05 install (tests/slurm/build.sh, stripped), the libraries it links,
+# Debian's PMIx 4 (Slurm's mpi/pmix_v4 requires the major version it was built with; the GPU
+# machine has PMIx 5), and the plugin built against that Slurm. Everything goes to .gpu/
+# (ignored by git), which the device run carries.
+#
+#   tests/gpu/slurm-bundle.sh [VERSION]      default 26.05.3
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+version=${1:-26.05.3}
+prefix=$(tests/slurm/build.sh "$version")
+out=$root/.gpu
+rm -rf "$out"
+mkdir -p "$out/lib" "$out/build" "$out/include"
+
+# Slurm, without headers, docs and static parts, stripped: about 18 MB, 6 MB compressed.
+echo "$prefix" >"$out/prefix"
+tar -C "$prefix" -cf "$out/slurm.tar" --exclude=include --exclude=share --exclude='*.la' --exclude='*.a' \
+	--exclude=.gpubind-built bin sbin lib
+mkdir -p "$out/strip" && tar -C "$out/strip" -xf "$out/slurm.tar"
+find "$out/strip" -type f \( -perm -u+x -o -name '*.so*' \) -exec strip --strip-unneeded {} + 2>/dev/null || true
+tar -C "$out/strip" -czf "$out/slurm.tar.gz" . && rm -rf "$out/strip" "$out/slurm.tar"
+
+# Every library Slurm and PMIx link, but glibc's: slurm.sh copies those the machine lacks.
+pmix=/usr/lib/x86_64-linux-gnu/pmix2
+{
+	find "$prefix" -type f \( -perm -u+x -o -name '*.so*' \) -print0 | xargs -0 ldd 2>/dev/null
+	ldd "$pmix"/lib/libpmix.so.2 "$pmix"/lib/pmix/*.so
+} | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
+	grep -vE '/(libc|libm|libdl|libpthread|librt|libresolv|libutil|ld-linux[^/]*)\.so' |
+	grep -v "^$prefix" | while read -r l; do cp -L "$l" "$out/lib/"; done
+cp -a "$pmix" "$out/pmix2"
+rm -f "$out"/pmix2/lib/*.a
+cp -a /usr/include/pmix*.h "$out/include/" 2>/dev/null || cp -a "$pmix"/include/* "$out/include/"
+
+# The plugin pair built for this Slurm; the old one (before the in-place cgroup v2 fix) when
+# GPUBIND_OLD_REV names a revision, for the before/after comparison of the signal tests.
+make -s -C spank/frontend BUILD="$out/build" SLURM_PREFIX="$prefix"
+go build -trimpath -ldflags "-s -w" -buildmode=c-shared -o "$out/build/gpubind_engine.so" ./spank/engine
+rm -f "$out/build/gpubind_engine.h"
+# The CLI and the helper from `make build` (build/), so that only .gpu/ needs to travel.
+cp build/gpubind build/libgpuhelper.so.1 "$out/build/"
+if [[ -n ${GPUBIND_OLD_REV:-} ]]; then
+	old=$(mktemp -d)
+	git worktree add -q --detach "$old/src" "$GPUBIND_OLD_REV"
+	mkdir -p "$out/old"
+	make -s -C "$old/src/spank/frontend" BUILD="$out/old" CFLAGS="-O2 -g -I$prefix/include" 2>&1 |
+		grep -v 'ignoring\|^$' || true
+	(cd "$old/src" && go build -trimpath -ldflags "-s -w" -buildmode=c-shared -o "$out/old/gpubind_engine.so" ./spank/engine)
+	rm -f "$out/old/gpubind_engine.h"
+	echo "$GPUBIND_OLD_REV $(git rev-parse --short "$GPUBIND_OLD_REV")" >"$out/old/REV"
+	git worktree remove --force "$old/src"
+	rm -rf "$old"
+fi
+rm -rf "$out/build/frontend-obj" "$out/old/frontend-obj"
+du -sh "$out"

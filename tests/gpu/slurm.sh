@@ -1,0 +1,368 @@
+#!/usr/bin/env bash
+# A real Slurm 26.05 with cgroup/v2 on a GPU node, end to end, in one command (root):
+#
+#   tests/gpu/slurm-bundle.sh       (on a build machine: Slurm, libraries, plugin -> .gpu/)
+#   BUILD=.gpu/build tests/gpu/slurm.sh [OUTDIR]   (on the GPU node: the checkout and .gpu/)
+#
+# One slurmctld and one slurmd as root, no systemd, no munged (auth/slurm with a generated
+# key), CgroupPlugin=cgroup/v2, ConstrainDevices=yes, ConstrainCores=yes,
+# TaskPlugin=task/cgroup,task/affinity, ProctrackType=proctrack/cgroup, MpiDefault=pmix,
+# jobacct_gather/cgroup, gres.conf AutoDetect=nvidia, and the gpubind plugin in plugstack.conf.
+#
+#  1. bring Slurm up (and check the node has the GPU as GRES)
+#  2. binding: --gpu-bind-topo=verbose against nvidia-smi and CUDA, and Slurm's --gpu-bind=closest
+#  3. isolation under Slurm's own cgroup v2: CUDA sees the GPU; jobs without GPUs cannot open it;
+#     scancel, a time limit and srun --signal reach an isolated task (its SIGTERM/USR1 trap runs,
+#     it ends within seconds); sstat accounts it; no plugin cgroup or BPF program is left.
+#     With .gpu/old (GPUBIND_OLD_REV in slurm-bundle.sh) the scancel check also runs with the
+#     plugin before the fix, to show the failure it fixed.
+#  4. libgpuhelper under Slurm's PMIx: examples/nccl_allreduce with -n1 and -n2 (one-rank groups)
+#  5. launch cost with one core per rank: srun -n1/-n8, plugin against none, alternated; and
+#     gpuhelper_init against raw PMIx at n = 2, 8, 16
+# Everything it starts is stopped at the end and its cgroups removed. Exit status 1 on any FAIL.
+set -uo pipefail
+
+# A private mount namespace: Debian's PMIx 4 is mounted over the system's PMIx directory for
+# Slurm and its tasks only, and disappears with the namespace.
+if [[ -z ${GPUBIND_SLURM_NS:-} ]]; then
+	exec env GPUBIND_SLURM_NS=1 unshare -m --propagation private bash "$0" "$@"
+fi
+# shellcheck source=tests/gpu/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+bundle=$root/.gpu
+B=$(readlink -f "$B")
+need "$bundle/slurm.tar.gz" "$bundle/prefix" "$bundle/build/spank_gpubind.so" "$bundle/build/gpubind_engine.so" \
+	"$B/gpubind" "$B/libgpuhelper.so.1"
+pass() { echo "PASS: $*"; }
+fail() { echo "FAIL: $*"; failed=1; }
+check() { # check DESCRIPTION COMMAND...: PASS/FAIL by the command's status
+	local what=$1
+	shift
+	if "$@"; then pass "$what"; else fail "$what"; fi
+}
+
+section "0. the node"
+uname -r
+nproc
+nvidia-smi --query-gpu=index,pci.bus_id,uuid,name,driver_version --format=csv,noheader | tee "$work/smi.csv"
+IFS=', ' read -r gpu_index gpu_bus gpu_uuid _ <"$work/smi.csv"
+gpu_bus=$(tr 'A-F' 'a-f' <<<"${gpu_bus: -12}") # 00000000:00:06.0 -> 0000:00:06.0
+echo "GPU $gpu_index bus $gpu_bus uuid $gpu_uuid"
+
+section "1. Slurm 26.05 with cgroup/v2"
+prefix=$(cat "$bundle/prefix")
+mkdir -p "$prefix"
+tar -xzf "$bundle/slurm.tar.gz" -C "$prefix"
+mkdir -p "$work/lib"
+for l in "$bundle"/lib/*; do
+	so=$(basename "$l")
+	ldconfig -p | grep -qE "^[[:space:]]+${so//./\\.} " || cp -a "$l" "$work/lib/"
+done
+echo "libraries this node lacks, carried: $(ls "$work/lib" | tr '\n' ' ')"
+# Debian's PMIx 4 first: Slurm's server and the tasks' clients must be the same library.
+export LD_LIBRARY_PATH=$bundle/pmix2/lib:$work/lib
+pmixdir=/usr/lib/x86_64-linux-gnu/pmix2
+mkdir -p "$pmixdir"
+mount --bind "$bundle/pmix2" "$pmixdir" || fail "bind-mount PMIx 4 over $pmixdir"
+export PATH=$prefix/bin:$prefix/sbin:$PATH
+slurmd -V
+
+# Slurm builds its cgroup tree beside the cgroup it starts in: a fresh one of our own.
+cgbase=/sys/fs/cgroup/gpubind-slurm-test
+mkdir -p "$cgbase/launch"
+echo $$ >"$cgbase/launch/cgroup.procs"
+cat /sys/fs/cgroup/cgroup.controllers
+
+host=$(hostname -s)
+cfg=$work/etc
+mkdir -p "$cfg" "$work/state" "$work/spool" "$work/log" "$work/cache"
+chmod 755 "$work" "$work/cache"
+head -c 1024 /dev/urandom >"$cfg/slurm.key"
+chmod 600 "$cfg/slurm.key"
+ncpu=$(nproc)
+cat >"$cfg/slurm.conf" <<EOF
+ClusterName=gpubindgpu
+SlurmctldHost=$host
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/slurm
+CredType=auth/slurm
+StateSaveLocation=$work/state
+SlurmdSpoolDir=$work/spool
+SlurmctldPidFile=$work/slurmctld.pid
+SlurmdPidFile=$work/slurmd.pid
+SlurmctldLogFile=$work/log/slurmctld.log
+SlurmdLogFile=$work/log/slurmd.log
+SlurmdDebug=verbose
+PlugStackConfig=$cfg/plugstack.conf
+ProctrackType=proctrack/cgroup
+TaskPlugin=task/cgroup,task/affinity
+JobAcctGatherType=jobacct_gather/cgroup
+JobAcctGatherFrequency=1
+AccountingStorageType=accounting_storage/none
+MpiDefault=pmix
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+ReturnToService=2
+KillWait=30
+MinJobAge=10
+NodeName=$host CPUs=$ncpu Gres=gpu:1 State=UNKNOWN
+PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+EOF
+cat >"$cfg/cgroup.conf" <<EOF
+CgroupPlugin=cgroup/v2
+IgnoreSystemd=yes
+EnableControllers=yes
+ConstrainDevices=yes
+ConstrainCores=yes
+EOF
+echo "AutoDetect=nvidia" >"$cfg/gres.conf"
+plug="required $bundle/build/spank_gpubind.so cache_dir=$work/cache"
+echo "$plug" >"$cfg/plugstack.conf"
+export SLURM_CONF=$cfg/slurm.conf
+cp "$cfg/slurm.conf" "$cfg/cgroup.conf" "$cfg/gres.conf" "$out/" 2>/dev/null
+
+stop_slurm() {
+	scancel --full -u root 2>/dev/null
+	sleep 2
+	pkill -TERM -x slurmctld
+	pkill -TERM -x slurmd
+	sleep 2
+	pkill -KILL -x slurmstepd
+	pkill -KILL -x slurmctld
+	pkill -KILL -x slurmd
+	sleep 1
+	# Depth first: Slurm's tree under ours, then ours.
+	find "$cgbase" -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null
+	echo $$ >/sys/fs/cgroup/cgroup.procs 2>/dev/null
+	rmdir "$cgbase/launch" "$cgbase" 2>/dev/null
+	[[ -d $cgbase ]] && echo "FAIL: $cgbase left behind: $(find "$cgbase" -type d | head)" && failed=1
+	umount "$pmixdir" 2>/dev/null
+	cp "$work"/log/*.log "$out/" 2>/dev/null
+}
+trap 'stop_slurm; rm -rf "$work"' EXIT
+
+slurmctld -i
+slurmd
+for _ in $(seq 60); do
+	state=$(sinfo -h -N -o '%T' 2>/dev/null)
+	[[ $state == idle ]] && break
+	sleep 1
+done
+sinfo -N -o '%N %T %C %G'
+scontrol show node "$host" | grep -E 'Gres=|CfgTRES'
+if [[ $state != idle ]]; then
+	fail "node not idle ($state)"
+	tail -30 "$work/log/slurmd.log" "$work/log/slurmctld.log"
+	exit 1
+fi
+grep -iE 'gpu|gres' "$work/log/slurmd.log" | head -5
+cat "$cgbase/cgroup.subtree_control"
+
+# A CUDA probe: how many devices CUDA sees, and each one's bus id and UUID.
+cat >"$work/cudaprobe.cu" <<'EOF'
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    printf("CUDA rank=%s CVD=%s count=%d err=%s", getenv("SLURM_PROCID"), getenv("CUDA_VISIBLE_DEVICES") ?
+           getenv("CUDA_VISIBLE_DEVICES") : "-", e == cudaSuccess ? n : 0, e == cudaSuccess ? "none" : cudaGetErrorName(e));
+    for (int i = 0; e == cudaSuccess && i < n; i++) {
+        char bus[32]; cudaDeviceProp p;
+        cudaDeviceGetPCIBusId(bus, sizeof(bus), i);
+        cudaGetDeviceProperties(&p, i);
+        printf(" dev%d=%s/GPU-", i, bus);
+        for (int k = 0; k < 16; k++) printf("%02x%s", (unsigned char)p.uuid.bytes[k], (k==3||k==5||k==7||k==9)?"-":"");
+    }
+    printf("\n");
+    return 0;
+}
+EOF
+nvcc -O2 -o "$work/cudaprobe" "$work/cudaprobe.cu" || fail "nvcc cudaprobe"
+chmod 755 "$work/cudaprobe"
+
+# Cgroup/BPF state before any step, to find leftovers later.
+gcc -O2 -D_GNU_SOURCE -I spank/frontend -o "$work/cgtool" tests/cgroup/csrc/cgtool.c spank/frontend/cgroup_common.c \
+	spank/frontend/table.c spank/frontend/cgroup_v1.c spank/frontend/cgroup_v2.c || fail "build cgtool"
+leftovers() { # leftovers WHEN: no plugin cgroup, no BPF program of the plugin (gpubind_*)
+	local left progs
+	sleep 1 # slurmstepd exits after the step's srun returns
+	left=$(find /sys/fs/cgroup -name 'gpubind_j*' 2>/dev/null | head -3)
+	progs=$("$work/cgtool" prognames | awk '$3 ~ /^gpubind/' | head -5 | tr '\n' ' ')
+	if [[ -z $left && -z $progs ]]; then pass "$1: no plugin cgroup and no BPF program of the plugin left"; else
+		fail "$1: left behind: cgroups [$left] programs [$progs]"; fi
+}
+
+section "2. binding: --gpu-bind-topo=verbose against nvidia-smi and CUDA"
+out2=$(srun -n1 --gpus=1 --gpu-bind-topo=verbose "$work/cudaprobe" 2>&1)
+echo "$out2"
+line=$(grep -m1 'gpubind: task 0' <<<"$out2")
+check "mapping line names bus $gpu_bus" grep -qi "$gpu_bus" <<<"$line"
+check "mapping line names UUID $gpu_uuid" grep -qi "$gpu_uuid" <<<"$line"
+check "CUDA in the task sees exactly 1 device, bus $gpu_bus" grep -qiE "count=1 err=none dev0=${gpu_bus}/" <<<"$out2"
+echo "--- Slurm's own --gpu-bind=closest, side by side"
+srun -n1 --gpus=1 --gpu-bind=closest sh -c 'echo "slurm closest: CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"; '"$work/cudaprobe"
+echo "--- a job without GPUs"
+srun -n1 --gres=none "$work/cudaprobe" | tee "$work/nogpu.txt"
+check "a step with --gres=none sees no device" grep -q "count=0" "$work/nogpu.txt"
+leftovers "after binding steps"
+
+section "3. isolation under Slurm's cgroup v2"
+out3=$(srun -n1 --gpus=1 --gpu-bind-topo=isolate,verbose sh -c "cat /proc/self/cgroup; $work/cudaprobe" 2>&1)
+echo "$out3"
+check "isolate: CUDA sees its GPU" grep -qiE "count=1 err=none dev0=${gpu_bus}/" <<<"$out3"
+check "isolate: the task stays in Slurm's task cgroup (no gpubind_* child)" \
+	bash -c "grep -q '^0::.*/task_0\$' <<<\"\$1\"" _ "$out3"
+leftovers "after the isolate step"
+
+echo "--- a job holding the GPU, and two jobs without GPUs beside it"
+sbatch -n1 --gpus=1 --gpu-bind-topo=isolate --wrap "sleep 60" >/dev/null
+sleep 2
+for opt in --gpus=0 --gres=none; do
+	r=$(srun -n1 "$opt" sh -c "if (exec 3<>/dev/nvidia$gpu_index) 2>/dev/null; then echo opened; else echo denied; fi" 2>&1)
+	echo "srun $opt: /dev/nvidia$gpu_index: $r"
+	check "a job with $opt cannot open the GPU another job holds" grep -q denied <<<"$r"
+done
+scancel --full -u root
+sleep 3
+
+# A task that traps SIGTERM and USR1, prints when, and exits on SIGTERM.
+trapper='trap "echo TRAP-TERM \$(date +%s.%N); exit 0" TERM; trap "echo TRAP-USR1 \$(date +%s.%N)" USR1; echo STARTED $(date +%s.%N); while :; do sleep 0.1; done'
+signal_test() { # signal_test LABEL PLUGSTACK-LINE: scancel reaches an isolated task
+	local label=$1 line=$2 log=$work/sig-$1.txt t0 t1 end
+	echo "$line" >"$cfg/plugstack.conf"
+	srun -n1 --gpus=1 --gpu-bind-topo=isolate bash -c "$trapper" >"$log" 2>&1 &
+	local srun_pid=$!
+	for _ in $(seq 50); do grep -q STARTED "$log" && break; sleep 0.2; done
+	local job
+	job=$(squeue -h -o %A | head -1)
+	t0=$(date +%s.%N)
+	scancel "$job"
+	wait "$srun_pid"
+	t1=$(date +%s.%N)
+	end=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')
+	echo "[$label] srun ended $end s after scancel; task output:"
+	sed 's/^/    /' "$log"
+	if grep -q TRAP-TERM "$log" && awk -v e="$end" 'BEGIN{exit !(e < 10)}'; then
+		pass "[$label] scancel: the isolated task's SIGTERM trap ran and it ended in $end s"
+	else
+		fail "[$label] scancel: trap ran: $(grep -c TRAP-TERM "$log"), ended after $end s (KillWait is 30 s)"
+	fi
+	echo "$plug" >"$cfg/plugstack.conf"
+}
+if [[ -f $bundle/old/spank_gpubind.so ]]; then
+	echo "--- before the fix: the plugin of $(cat "$bundle/old/REV") (moves the task into task_0/gpubind_*)"
+	prev=$failed
+	signal_test before "required $bundle/old/spank_gpubind.so cache_dir=$work/cache"
+	# The old plugin is expected to fail: that is the evidence, not a failure of this run.
+	((failed)) && echo "EXPECTED-FAIL: [before] is the defect this run shows fixed"
+	failed=$prev
+fi
+signal_test after "$plug"
+
+echo "--- a step time limit (srun -t 1 inside salloc) reaches an isolated task"
+cat >"$work/limits.sh" <<EOF
+srun -n1 --gpus=1 -t 1 --gpu-bind-topo=isolate bash -c '$trapper' >$work/limit.txt 2>&1
+date +%s >$work/limit.end
+EOF
+lim_start=$(date +%s)
+salloc -n1 --gpus=1 -t 5 bash "$work/limits.sh" >/dev/null 2>&1
+lim_end=$(cat "$work/limit.end" 2>/dev/null || date +%s)
+sed 's/^/    limit: /' "$work/limit.txt"
+check "step time limit: the isolated task's SIGTERM trap ran" grep -q TRAP-TERM "$work/limit.txt"
+check "step time limit: the step ended $((lim_end - lim_start)) s after start (limit 60 s, Slurm checks every 30 s; KillWait 30 s more would show)" \
+	test $((lim_end - lim_start)) -lt 100
+
+usr1_test() { # usr1_test LABEL OPTION: srun --signal=USR1@175 with -t 3 (USR1 after ~5 s + Slurm's resolution)
+	local log=$work/usr1-$1.txt
+	srun -n1 --gpus=1 -t 3 --signal=USR1@175 --gpu-bind-topo="$2" bash -c "$trapper" >"$log" 2>&1 &
+	local p=$! t0=$SECONDS
+	for _ in $(seq 100); do grep -q TRAP-USR1 "$log" && break; sleep 1; done
+	scancel --full -u root
+	wait "$p" 2>/dev/null
+	sed "s/^/    usr1 $1: /" "$log"
+	if grep -q TRAP-USR1 "$log"; then pass "srun --signal=USR1 ($1): the task's USR1 trap ran after $((SECONDS - t0)) s"
+	else fail "srun --signal=USR1 ($1): no USR1 within 100 s"; fi
+}
+echo "--- srun --signal=USR1 reaches an isolated task"
+usr1_test isolate isolate
+grep -q TRAP-USR1 "$work/usr1-isolate.txt" || usr1_test "control, no isolate" closest
+sleep 2
+
+echo "--- accounting: sstat of an isolated busy task"
+srun -n1 --gpus=1 --gpu-bind-topo=isolate bash -c 'end=$((SECONDS+6)); x=0; while ((SECONDS<end)); do x=$((x+1)); done' &
+acct_pid=$!
+sleep 4
+job=$(squeue -h -o %A | head -1)
+sstat -a -j "$job" -o JobID,NTasks,AveCPU,MaxRSS -P | tee "$work/sstat.txt"
+wait "$acct_pid"
+check "sstat accounts the isolated task (NTasks 1, CPU time > 0)" \
+	awk -F'|' '$1 ~ /\.0$/ && $2 == 1 && $3 != "00:00:00" && $3 != "" {ok=1} END {exit !ok}' "$work/sstat.txt"
+leftovers "after the signal and accounting steps"
+
+section "4. libgpuhelper under Slurm's PMIx, with ConstrainDevices"
+mkdir -p "$work/pc"
+sed -e "s|@PREFIX@|$root|; s|@LIBDIR@|$B|; s|@INCLUDEDIR@|$root/lib|" lib/gpuhelper.pc.in >"$work/pc/gpuhelper.pc"
+if command -v nvcc >/dev/null && [[ -e /usr/include/nccl.h ]]; then
+	mkdir -p "$work/ghlib" && ln -sf "$(readlink -f "$B/libgpuhelper.so.1")" "$work/ghlib/libgpuhelper.so"
+	nvcc -O2 -I lib -o "$work/nccl_allreduce" examples/nccl_allreduce.cu -L"$work/ghlib" -lgpuhelper -lnccl \
+		-Xlinker -rpath -Xlinker "$B" || fail "nvcc nccl_allreduce"
+	for n in 1 2; do
+		echo "--- srun --mpi=pmix -n$n --gpu-bind-topo nccl_allreduce"
+		GPUHELPER_EXAMPLE_GROUP=rank srun --mpi=pmix -n$n --gpus=1 --gpu-bind-topo "$work/nccl_allreduce" 2>&1 |
+			tee "$work/ar$n.txt"
+		check "n=$n: every rank's sum check OK" test "$(grep -c 'sum check OK' "$work/ar$n.txt")" -eq $n
+		check "n=$n: the helper reports the bus id CUDA uses ($gpu_bus)" grep -qi "bus $gpu_bus (helper said cuda_device 0 bus $gpu_bus" "$work/ar$n.txt"
+	done
+else
+	fail "no nvcc or nccl.h: section 4 not run"
+fi
+
+section "5. launch cost, one core per rank (alternated, median of 9)"
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+steptime() { local t0 t1; t0=$(date +%s%N); srun "$@" true >/dev/null 2>&1; t1=$(date +%s%N); echo $(((t1 - t0) / 1000)); }
+for n in 1 8; do
+	: >"$work/with.$n"
+	: >"$work/none.$n"
+	for i in $(seq 0 9); do
+		echo "$plug" >"$cfg/plugstack.conf"
+		w=$(steptime -n"$n" --gpus=1 --gpu-bind-topo)
+		: >"$cfg/plugstack.conf"
+		o=$(steptime -n"$n" --gpus=1)
+		((i > 0)) && echo "$w" >>"$work/with.$n" && echo "$o" >>"$work/none.$n"
+	done
+	mw=$(median <"$work/with.$n")
+	mo=$(median <"$work/none.$n")
+	echo "LAUNCH n=$n plugin ${mw} us, none ${mo} us, ratio $(awk -v a="$mw" -v b="$mo" 'BEGIN{printf "%.3f", a/b}')"
+done
+echo "$plug" >"$cfg/plugstack.conf"
+grep -h 'step plan took' "$work/log/slurmd.log" | sed 's/.*took \([0-9.]*\) ms.*/\1/' | median |
+	sed 's/^/step plan took (median over all steps, ms): /'
+
+echo "--- gpuhelper_init against raw PMIx (bench/c), median of 7 of the slowest rank, ms"
+: >"$cfg/plugstack.conf"
+W=(-O2 -I bench/c -I lib -I "$bundle/include")
+gcc "${W[@]}" -o "$work/stamp" bench/c/stamp.c &&
+	gcc "${W[@]}" -o "$work/raw_pmix" bench/c/raw_pmix.c -L"$bundle/pmix2/lib" -lpmix -lnccl &&
+	gcc "${W[@]}" -o "$work/gh_init" bench/c/gh_init.c -L"$bundle/pmix2/lib" -lpmix "$B/libgpuhelper.so.1" -lnccl \
+		-Wl,-rpath,"$B" || fail "build the init benchmarks"
+for n in 2 8 16; do
+	for p in gh_init raw_pmix; do : >"$work/init.$p.$n"; done
+	for i in $(seq 0 7); do
+		for p in gh_init raw_pmix; do
+			t=$(srun --mpi=pmix -n"$n" "$work/stamp" "$work/$p" 2>/dev/null | awk '$1=="TIME" {print $3*1000}' | sort -g | tail -1)
+			((i > 0)) && [[ -n $t ]] && echo "$t" >>"$work/init.$p.$n"
+		done
+	done
+	g=$(median <"$work/init.gh_init.$n")
+	r=$(median <"$work/init.raw_pmix.$n")
+	echo "INIT n=$n gpuhelper_init ${g} ms, raw PMIx ${r} ms, ratio $(awk -v a="$g" -v b="$r" 'BEGIN{printf "%.3f", a/b}')"
+done
+echo "$plug" >"$cfg/plugstack.conf"
+
+section "summary"
+if ((failed)); then echo "slurm.sh: FAILED"; else echo "slurm.sh: all checks passed"; fi
+exit "$failed"
