@@ -94,3 +94,6 @@ install: build
 
 clean:
 	rm -rf $(BUILD)
+
+# Packages (deb, rpm), man pages, CMake package: packaging/packaging.mk.
+include packaging/packaging.mk

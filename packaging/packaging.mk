@@ -1,0 +1,54 @@
+# Packages and the install pieces they share with `make install`: Debian packages
+# (`make deb`), RPMs (`make rpm`), man pages, the CMake package of libgpuhelper and the
+# plugstack.conf.d snippet. Included by the top-level Makefile.
+#
+#   make deb [SLURM_PREFIX=/opt/slurm] [DEB_DIR=build/deb]
+#
+# SLURM_PREFIX is the Slurm to build the plugin against (headers in $(SLURM_PREFIX)/include).
+# With the system Slurm (/usr) the plugin package depends on the exact Debian version of
+# that Slurm; with a private one there is no such package and no dependency.
+
+SLURM_PREFIX     ?= /usr
+BUILD            ?= build
+SLURM_SYSCONFDIR ?= $(if $(filter /usr,$(SLURM_PREFIX)),/etc/slurm,$(SLURM_PREFIX)/etc)
+DEB_DIR          ?= $(BUILD)/deb
+DEB_TOOLS        := debhelper dpkg-dev fakeroot
+# The Slurm headers we compile against: the system ones need no -I.
+SLURM_CFLAGS     := $(if $(filter /usr,$(SLURM_PREFIX)),,-I$(SLURM_PREFIX)/include)
+
+.PHONY: deb install-plugstack-snippet pkg-tools-deb
+
+# Installs what the package targets need, as `make deps` does for the build.
+pkg-tools-deb:
+	@missing=$$(for p in $(DEB_TOOLS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | \
+	    grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	    echo "deb: installing $$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+# dpkg-buildpackage writes into the parent of the source tree, so it runs on a copy in
+# $(DEB_DIR)/src; the .deb files end up in $(DEB_DIR). The Go caches of the caller are
+# passed on (debhelper points HOME elsewhere), so a rebuild takes seconds, not minutes.
+deb: pkg-tools-deb
+	@test -f $(SLURM_PREFIX)/include/slurm/spank.h || \
+	    { echo "deb: $(SLURM_PREFIX)/include/slurm/spank.h not found: SLURM_PREFIX=$(SLURM_PREFIX) is not a Slurm install (libslurm-dev on Debian)" >&2; exit 1; }
+	rm -rf $(DEB_DIR)/src && mkdir -p $(DEB_DIR)/src/gpubind
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	    git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf -; \
+	else tar --exclude=./build -cf - .; fi | tar -C $(DEB_DIR)/src/gpubind -xf -
+	cd $(DEB_DIR)/src/gpubind && \
+	    GOCACHE=$$($(GO) env GOCACHE) GOMODCACHE=$$($(GO) env GOMODCACHE) GOFLAGS=-buildvcs=false \
+	    SLURM_PREFIX=$(SLURM_PREFIX) \
+	    dpkg-buildpackage -b -us -uc $(if $(SLURM_CFLAGS),-d)
+	mv $(DEB_DIR)/src/*.deb $(DEB_DIR)/src/*.buildinfo $(DEB_DIR)/src/*.changes $(DEB_DIR)/
+	rm -rf $(DEB_DIR)/src
+	@ls -1 $(DEB_DIR)/*.deb
+
+# Commented plugstack.conf.d snippet, installed by the packages (never plugstack.conf itself).
+install-plugstack-snippet:
+	@test -n "$(SLURM_PLUGINDIR)" || { echo "install-plugstack-snippet: set SLURM_PLUGINDIR" >&2; exit 1; }
+	install -d $(DESTDIR)$(SLURM_SYSCONFDIR)/plugstack.conf.d
+	sed -e 's|@PLUGINDIR@|$(SLURM_PLUGINDIR)|g; s|@SYSCONFDIR@|$(SLURM_SYSCONFDIR)|g' \
+	    packaging/gpubind.conf.in > $(DESTDIR)$(SLURM_SYSCONFDIR)/plugstack.conf.d/gpubind.conf
+	chmod 0644 $(DESTDIR)$(SLURM_SYSCONFDIR)/plugstack.conf.d/gpubind.conf
