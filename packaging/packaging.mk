@@ -16,7 +16,23 @@ DEB_TOOLS        := debhelper dpkg-dev fakeroot
 # The Slurm headers we compile against: the system ones need no -I.
 SLURM_CFLAGS     := $(if $(filter /usr,$(SLURM_PREFIX)),,-I$(SLURM_PREFIX)/include)
 
-.PHONY: deb install-plugstack-snippet pkg-tools-deb
+.PHONY: deb install-plugstack-snippet pkg-tools-deb install-man
+
+MANDIR           ?= $(PREFIX)/share/man
+# Every call of gpuhelper(3) gets a page that sources the one page describing them all.
+GPUHELPER_CALLS  := gpuhelper_init gpuhelper_finalize gpuhelper_strerror gpuhelper_last_error \
+                    gpuhelper_version gpuhelper_set_nccl_get_unique_id gpuhelper_scalable_count \
+                    gpuhelper_scalable_ids gpuhelper_group_id
+
+# `make install` installs these too.
+install: install-man
+
+install-man:
+	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man8
+	install -m 0644 man/gpubind.1 $(DESTDIR)$(MANDIR)/man1/gpubind.1
+	install -m 0644 man/spank-gpubind.8 $(DESTDIR)$(MANDIR)/man8/spank-gpubind.8
+	install -m 0644 man/gpuhelper.3 $(DESTDIR)$(MANDIR)/man3/gpuhelper.3
+	for f in $(GPUHELPER_CALLS); do echo '.so man3/gpuhelper.3' > $(DESTDIR)$(MANDIR)/man3/$$f.3; done
 
 # Installs what the package targets need, as `make deps` does for the build.
 pkg-tools-deb:

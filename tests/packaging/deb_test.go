@@ -131,11 +131,12 @@ func TestDebContents(t *testing.T) {
 	plugdir := "/usr/lib/x86_64-linux-gnu/slurm-wlm"
 	want := map[string][]string{
 		"slurm-spank-gpubind": {plugdir + "/spank_gpubind.so", plugdir + "/gpubind_engine.so",
-			"/etc/slurm/plugstack.conf.d/gpubind.conf"},
-		"gpubind":       {"/usr/bin/gpubind"},
+			"/etc/slurm/plugstack.conf.d/gpubind.conf", "/usr/share/man/man8/spank-gpubind.8.gz"},
+		"gpubind":       {"/usr/bin/gpubind", "/usr/share/man/man1/gpubind.1.gz"},
 		"libgpuhelper1": {"/usr/lib/x86_64-linux-gnu/libgpuhelper.so.1"},
 		"libgpuhelper-dev": {"/usr/include/gpuhelper.h", "/usr/lib/x86_64-linux-gnu/libgpuhelper.so",
-			"/usr/lib/x86_64-linux-gnu/pkgconfig/gpuhelper.pc"},
+			"/usr/lib/x86_64-linux-gnu/pkgconfig/gpuhelper.pc",
+			"/usr/share/man/man3/gpuhelper.3.gz", "/usr/share/man/man3/gpuhelper_init.3.gz"},
 	}
 	for pkg, files := range want {
 		got := debContents(t, debs[pkg])
