@@ -16,7 +16,11 @@ DEB_TOOLS        := debhelper dpkg-dev fakeroot
 # The Slurm headers we compile against: the system ones need no -I.
 SLURM_CFLAGS     := $(if $(filter /usr,$(SLURM_PREFIX)),,-I$(SLURM_PREFIX)/include)
 
-.PHONY: deb install-plugstack-snippet pkg-tools-deb install-man
+.PHONY: deb install-plugstack-snippet pkg-tools-deb install-man install-cmake
+
+# The header's GPUHELPER_VERSION_* macros are the library's one version number.
+GPUHELPER_VERSION := $(shell sed -n 's/^\#define GPUHELPER_VERSION_[A-Z]* *//p' lib/gpuhelper.h | paste -sd.)
+CMAKEDIR         ?= $(LIBDIR)/cmake/gpuhelper
 
 MANDIR           ?= $(PREFIX)/share/man
 # Every call of gpuhelper(3) gets a page that sources the one page describing them all.
@@ -25,7 +29,7 @@ GPUHELPER_CALLS  := gpuhelper_init gpuhelper_finalize gpuhelper_strerror gpuhelp
                     gpuhelper_scalable_ids gpuhelper_group_id
 
 # `make install` installs these too.
-install: install-man
+install: install-man install-cmake
 
 install-man:
 	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man8
@@ -68,3 +72,13 @@ install-plugstack-snippet:
 	sed -e 's|@PLUGINDIR@|$(SLURM_PLUGINDIR)|g; s|@SYSCONFDIR@|$(SLURM_SYSCONFDIR)|g' \
 	    packaging/gpubind.conf.in > $(DESTDIR)$(SLURM_SYSCONFDIR)/plugstack.conf.d/gpubind.conf
 	chmod 0644 $(DESTDIR)$(SLURM_SYSCONFDIR)/plugstack.conf.d/gpubind.conf
+
+# CMake package: find_package(gpuhelper 1.0 REQUIRED) gives the target gpuhelper::gpuhelper.
+install-cmake:
+	@test -n "$(GPUHELPER_VERSION)" || { echo "install-cmake: no GPUHELPER_VERSION_* in lib/gpuhelper.h" >&2; exit 1; }
+	install -d $(DESTDIR)$(CMAKEDIR)
+	sed -e 's|@LIBDIR@|$(LIBDIR)|g; s|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
+	    packaging/gpuhelperConfig.cmake.in > $(DESTDIR)$(CMAKEDIR)/gpuhelperConfig.cmake
+	sed -e 's|@VERSION@|$(GPUHELPER_VERSION)|g; s|@VERSION_MAJOR@|$(firstword $(subst ., ,$(GPUHELPER_VERSION)))|g' \
+	    packaging/gpuhelperConfigVersion.cmake.in > $(DESTDIR)$(CMAKEDIR)/gpuhelperConfigVersion.cmake
+	chmod 0644 $(DESTDIR)$(CMAKEDIR)/gpuhelperConfig.cmake $(DESTDIR)$(CMAKEDIR)/gpuhelperConfigVersion.cmake

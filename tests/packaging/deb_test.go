@@ -32,8 +32,10 @@ var (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if debDir != "" {
-		os.RemoveAll(debDir)
+	for _, d := range []string{debDir, installDir} {
+		if d != "" {
+			os.RemoveAll(d)
+		}
 	}
 	os.Exit(code)
 }
@@ -136,7 +138,9 @@ func TestDebContents(t *testing.T) {
 		"libgpuhelper1": {"/usr/lib/x86_64-linux-gnu/libgpuhelper.so.1"},
 		"libgpuhelper-dev": {"/usr/include/gpuhelper.h", "/usr/lib/x86_64-linux-gnu/libgpuhelper.so",
 			"/usr/lib/x86_64-linux-gnu/pkgconfig/gpuhelper.pc",
-			"/usr/share/man/man3/gpuhelper.3.gz", "/usr/share/man/man3/gpuhelper_init.3.gz"},
+			"/usr/share/man/man3/gpuhelper.3.gz", "/usr/share/man/man3/gpuhelper_init.3.gz",
+			"/usr/lib/x86_64-linux-gnu/cmake/gpuhelper/gpuhelperConfig.cmake",
+			"/usr/lib/x86_64-linux-gnu/cmake/gpuhelper/gpuhelperConfigVersion.cmake"},
 	}
 	for pkg, files := range want {
 		got := debContents(t, debs[pkg])
@@ -241,6 +245,24 @@ func TestDebInstallRunPurge(t *testing.T) {
 	mapping := regexp.MustCompile(`gpubind: task 0 \(rank 0\): CUDA_VISIBLE_DEVICES=0 -> GPU 0 0000:18:00\.0 GPU-\S+ NUMA 0`)
 	if !mapping.MatchString(errOut) {
 		t.Errorf("no mapping line for task 0 on srun's stderr:\n%s", errOut)
+	}
+
+	// libgpuhelper-dev's CMake package, found in the system prefix without any hint.
+	if _, err := exec.LookPath("cmake"); err == nil {
+		bin := filepath.Join(t.TempDir(), "hello")
+		run(t, "cmake", "-S", filepath.Join(testbuild.RepoRoot(), "examples"), "-B", bin)
+		run(t, "cmake", "--build", bin)
+		ldd := run(t, "ldd", filepath.Join(bin, "hello"))
+		m := regexp.MustCompile(`libgpuhelper\.so\.1 => (\S+)`).FindStringSubmatch(ldd)
+		// /lib is /usr/lib on a merged-/usr system: compare real paths.
+		want, _ := filepath.EvalSymlinks("/usr/lib/x86_64-linux-gnu/libgpuhelper.so.1")
+		var got string
+		if m != nil {
+			got, _ = filepath.EvalSymlinks(m[1])
+		}
+		if want == "" || got != want {
+			t.Errorf("hello built with the packaged CMake config loads %q, want the packaged %s:\n%s", got, want, ldd)
+		}
 	}
 
 	purge()
