@@ -28,6 +28,7 @@ const usage = `usage:
   gpubind plan     --tasks N [--gpus LIST] [--task-cpus "0;1;0;1"] [--policy POLICY[,FLAGS]]
                    [--root DIR | --snapshot FILE] [--json]
                    [--gres-conf FILE] [--numbering global|relative] [--source S] [--table]
+  gpubind check    [--json] [--root DIR] [FILE options: gpubind check -h]
   gpubind help-policies
 `
 
@@ -53,6 +54,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdSnapshot(args[1:], stdout, stderr)
 	case "plan":
 		err = cmdPlan(args[1:], stdout, stderr)
+	case "check":
+		err = cmdCheck(args[1:], stdout, stderr)
 	case "help-policies":
 		fmt.Fprint(stdout, gpubind.PolicyHelpText)
 	case "-h", "--help", "help":

@@ -247,6 +247,21 @@ func TestDebInstallRunPurge(t *testing.T) {
 		t.Errorf("no mapping line for task 0 on srun's stderr:\n%s", errOut)
 	}
 
+	// The packaged CLI checks this node as the cluster configures it: the running slurmd,
+	// the plugstack line above, gres.conf's fake devices against the fixture's GPUs.
+	chk := exec.Command("/usr/bin/gpubind", "check", "--slurm-conf", c.ConfPath, "--node", c.NodeNames[0])
+	chk.Env = c.Env()
+	out2, err := chk.CombinedOutput()
+	t.Logf("gpubind check on the private cluster's node:\n%s", out2)
+	if err != nil {
+		t.Errorf("gpubind check: %v", err)
+	}
+	for _, item := range []string{"slurmd", "plugstack", "plugin", "engine", "gres", "cache_dir", "slurm.conf"} {
+		if !regexp.MustCompile(`(?m)^ok\s+` + regexp.QuoteMeta(item) + `\s`).Match(out2) {
+			t.Errorf("gpubind check: %s is not ok", item)
+		}
+	}
+
 	// libgpuhelper-dev's CMake package, found in the system prefix without any hint.
 	if _, err := exec.LookPath("cmake"); err == nil {
 		bin := filepath.Join(t.TempDir(), "hello")
