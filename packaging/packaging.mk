@@ -16,7 +16,17 @@ DEB_TOOLS        := debhelper dpkg-dev fakeroot
 # The Slurm headers we compile against: the system ones need no -I.
 SLURM_CFLAGS     := $(if $(filter /usr,$(SLURM_PREFIX)),,-I$(SLURM_PREFIX)/include)
 
-.PHONY: deb install-plugstack-snippet pkg-tools-deb install-man install-cmake
+.PHONY: deb rpm install-plugstack-snippet pkg-tools-deb pkg-tools-rpm install-man install-cmake
+
+RPM_DIR          ?= $(BUILD)/rpm
+RPM_TOOLS        := rpm cpio
+# Slurm's PluginDir on RPM systems (SchedMD's slurm.spec); a private Slurm's default.
+RPM_SLURM_PLUGINDIR ?= $(if $(filter /usr,$(SLURM_PREFIX)),$(shell rpm --eval '%{_libdir}' 2>/dev/null || echo /usr/lib64)/slurm,$(SLURM_PREFIX)/lib/slurm)
+# The package version (debian/changelog holds the same).
+PKG_VERSION      := 1.0.0
+# The release of the Slurm headers we build against: SLURM_VERSION_NUMBER 0x160508 is 22.05.8.
+SLURM_HEADER_VERSION = $(shell v=$$(sed -n 's/^\#define SLURM_VERSION_NUMBER //p' $(SLURM_PREFIX)/include/slurm/slurm_version.h 2>/dev/null); \
+                         [ -n "$$v" ] && printf '%d.%02d.%d' $$(($$v>>16&255)) $$(($$v>>8&255)) $$(($$v&255)))
 
 # The header's GPUHELPER_VERSION_* macros are the library's one version number.
 GPUHELPER_VERSION := $(shell sed -n 's/^\#define GPUHELPER_VERSION_[A-Z]* *//p' lib/gpuhelper.h | paste -sd.)
@@ -64,6 +74,35 @@ deb: pkg-tools-deb
 	mv $(DEB_DIR)/src/*.deb $(DEB_DIR)/src/*.buildinfo $(DEB_DIR)/src/*.changes $(DEB_DIR)/
 	rm -rf $(DEB_DIR)/src
 	@ls -1 $(DEB_DIR)/*.deb
+
+pkg-tools-rpm:
+	@missing=$$(for p in $(RPM_TOOLS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | \
+	    grep -q 'install ok installed' || echo $$p; done); \
+	if command -v dpkg-query >/dev/null && [ -n "$$missing" ]; then \
+	    echo "rpm: installing $$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+# rpmbuild on a tarball of the tree, in $(RPM_DIR). The plugin package requires the exact
+# Slurm release of the headers when they are the system's (SLURM_PREFIX=/usr), nothing for a
+# private Slurm. On a Debian host the build dependencies are not in rpm's database: --nodeps.
+rpm: pkg-tools-rpm
+	@test -f $(SLURM_PREFIX)/include/slurm/spank.h || \
+	    { echo "rpm: $(SLURM_PREFIX)/include/slurm/spank.h not found: SLURM_PREFIX=$(SLURM_PREFIX) is not a Slurm install (slurm-devel)" >&2; exit 1; }
+	rm -rf $(RPM_DIR)/BUILD $(RPM_DIR)/SOURCES && mkdir -p $(RPM_DIR)/SOURCES $(RPM_DIR)/tmp $(RPM_DIR)/stage/gpubind-$(PKG_VERSION)
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	    git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf -; \
+	else tar --exclude=./build -cf - .; fi | tar -C $(RPM_DIR)/stage/gpubind-$(PKG_VERSION) -xf -
+	tar -C $(RPM_DIR)/stage -czf $(RPM_DIR)/SOURCES/gpubind-$(PKG_VERSION).tar.gz gpubind-$(PKG_VERSION)
+	rm -rf $(RPM_DIR)/stage
+	GOCACHE=$$($(GO) env GOCACHE) GOMODCACHE=$$($(GO) env GOMODCACHE) GOFLAGS=-buildvcs=false \
+	rpmbuild -bb $(if $(wildcard /var/lib/dpkg/status),--nodeps) \
+	    --define "_topdir $(abspath $(RPM_DIR))" --define "gpubind_version $(PKG_VERSION)" \
+	    --define "_tmppath $(abspath $(RPM_DIR))/tmp" --define "slurm_prefix $(SLURM_PREFIX)" \
+	    --define "slurm_plugindir $(RPM_SLURM_PLUGINDIR)" --define "slurm_sysconfdir $(SLURM_SYSCONFDIR)" \
+	    $(if $(SLURM_CFLAGS),--define "slurm_cflags $(SLURM_CFLAGS)",--define "slurm_version $(SLURM_HEADER_VERSION)") \
+	    packaging/gpubind.spec
+	@find $(RPM_DIR)/RPMS -name '*.rpm' | sort
 
 # Commented plugstack.conf.d snippet, installed by the packages (never plugstack.conf itself).
 install-plugstack-snippet:
