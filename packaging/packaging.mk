@@ -16,6 +16,13 @@ DEB_TOOLS        := debhelper dpkg-dev fakeroot
 # The Slurm headers we compile against: the system ones need no -I.
 SLURM_CFLAGS     := $(if $(filter /usr,$(SLURM_PREFIX)),,-I$(SLURM_PREFIX)/include)
 
+# The environment of dpkg-buildpackage and rpmbuild: this make's MAKEFLAGS are dropped (a
+# caller's `make deb PREFIX=...` must not reach the package's own make), the Slurm settings
+# are passed on when given, and the caller's Go caches are kept.
+PKG_ENV = GOCACHE=$$($(GO) env GOCACHE) GOMODCACHE=$$($(GO) env GOMODCACHE) GOFLAGS=-buildvcs=false \
+          SLURM_PREFIX=$(SLURM_PREFIX) \
+          $(foreach v,SLURM_PLUGINDIR SLURM_SYSCONFDIR,$(if $(filter command line environment,$(origin $(v))),$(v)=$($(v))))
+
 .PHONY: deb rpm install-plugstack-snippet pkg-tools-deb pkg-tools-rpm install-man install-cmake
 
 RPM_DIR          ?= $(BUILD)/rpm
@@ -68,8 +75,7 @@ deb: pkg-tools-deb
 	    git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf -; \
 	else tar --exclude=./build -cf - .; fi | tar -C $(DEB_DIR)/src/gpubind -xf -
 	cd $(DEB_DIR)/src/gpubind && \
-	    GOCACHE=$$($(GO) env GOCACHE) GOMODCACHE=$$($(GO) env GOMODCACHE) GOFLAGS=-buildvcs=false \
-	    SLURM_PREFIX=$(SLURM_PREFIX) \
+	    env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL $(PKG_ENV) \
 	    dpkg-buildpackage -b -us -uc $(if $(SLURM_CFLAGS),-d)
 	mv $(DEB_DIR)/src/*.deb $(DEB_DIR)/src/*.buildinfo $(DEB_DIR)/src/*.changes $(DEB_DIR)/
 	rm -rf $(DEB_DIR)/src
@@ -95,7 +101,7 @@ rpm: pkg-tools-rpm
 	else tar --exclude=./build -cf - .; fi | tar -C $(RPM_DIR)/stage/gpubind-$(PKG_VERSION) -xf -
 	tar -C $(RPM_DIR)/stage -czf $(RPM_DIR)/SOURCES/gpubind-$(PKG_VERSION).tar.gz gpubind-$(PKG_VERSION)
 	rm -rf $(RPM_DIR)/stage
-	GOCACHE=$$($(GO) env GOCACHE) GOMODCACHE=$$($(GO) env GOMODCACHE) GOFLAGS=-buildvcs=false \
+	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL $(PKG_ENV) \
 	rpmbuild -bb $(if $(wildcard /var/lib/dpkg/status),--nodeps) \
 	    --define "_topdir $(abspath $(RPM_DIR))" --define "gpubind_version $(PKG_VERSION)" \
 	    --define "_tmppath $(abspath $(RPM_DIR))/tmp" --define "slurm_prefix $(SLURM_PREFIX)" \
