@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/gpubind/gpubind/gpubind"
+	"github.com/gpubind/gpubind/gpubind/nvmlmock"
 	"github.com/gpubind/gpubind/tests/testbuild"
 )
 
@@ -311,4 +313,23 @@ func TestCheckBadCommandLine(t *testing.T) {
 	if rc, _, errOut := cli("check", "extra"); rc != 2 || !strings.Contains(errOut, `unexpected argument "extra"`) {
 		t.Errorf("rc %d, stderr %q", rc, errOut)
 	}
+}
+
+// NVML and sysfs: a mock NVML of the fixture agrees; with two GPUs' minors swapped in NVML's
+// view the item fails and names both.
+func TestCheckNVMLDisagreesWithSysfs(t *testing.T) {
+	n := healthyNode(t)
+	snap, err := gpubind.LoadSnapshot(filepath.Join(testbuild.RepoRoot(), "tests", "fixtures", "dgxh100-2cpu.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { checkNVMLLib = nil })
+	checkNVMLLib = nvmlmock.New(snap)
+	rc, items := n.check(t)
+	expect(t, rc, items, "nvml", statusOK, `NVML and sysfs agree on 8 GPUs`)
+
+	snap.GPUs[0].Minor, snap.GPUs[1].Minor = snap.GPUs[1].Minor, snap.GPUs[0].Minor
+	checkNVMLLib = nvmlmock.New(snap)
+	rc, items = n.check(t)
+	expect(t, rc, items, "nvml", statusFail, `0000:18:00\.0: minor 1 \(NVML\) vs 0 \(sysfs\); 0000:2a:00\.0: minor 0 \(NVML\) vs 1 \(sysfs\)`)
 }
