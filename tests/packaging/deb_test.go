@@ -110,6 +110,17 @@ func debContents(t *testing.T, deb string) []string {
 	return paths
 }
 
+// dpkgLocked runs dpkg, waiting up to two minutes while another dpkg or apt holds its lock
+// (the machine is shared; dpkg itself does not wait).
+func dpkgLocked(args ...string) ([]byte, error) {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(2 * time.Second) {
+		out, err := exec.Command("dpkg", args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "lock") || time.Now().After(deadline) {
+			return out, err
+		}
+	}
+}
+
 func has(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
@@ -192,7 +203,7 @@ func TestDebInstallRunPurge(t *testing.T) {
 	purged := false
 	purge := func() {
 		purged = true
-		out, err := exec.Command("dpkg", append([]string{"--purge"}, debPackages...)...).CombinedOutput()
+		out, err := dpkgLocked(append([]string{"--purge"}, debPackages...)...)
 		if err != nil {
 			t.Errorf("dpkg --purge: %v\n%s", err, out)
 		}
@@ -202,7 +213,9 @@ func TestDebInstallRunPurge(t *testing.T) {
 			purge()
 		}
 	})
-	run(t, "dpkg", args...)
+	if out, err := dpkgLocked(args...); err != nil {
+		t.Fatalf("dpkg %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
 
 	files := map[string][]string{}
 	for _, p := range debPackages {
