@@ -147,7 +147,7 @@ func (c *checker) run() []checkItem {
 			c.slurmConf = c.under("/etc/slurm/slurm.conf")
 		}
 	}
-	c.conf, c.confErr = readSlurmConf(c.slurmConf)
+	c.conf, c.confErr = readSlurmConf(c.slurmConf, c.under)
 
 	c.checkSlurmd()
 	c.checkPlugstack() // finds the plugin and its arguments
@@ -177,25 +177,53 @@ func (c *checker) driverTopology() {
 	c.topo, c.topoErr = gpubind.DiscoverSysfs(c.sysRoot)
 }
 
-// readSlurmConf reads KEY=VALUE words of a Slurm config file (keys lower case).
-func readSlurmConf(path string) (map[string][]string, error) {
+// readSlurmConf reads KEY=VALUE words of a Slurm config file (keys lower case), with the
+// files its Include lines name (relative to its directory, globs allowed), as Slurm does.
+// Absolute Include paths go through under (the checked tree).
+func readSlurmConf(path string, under func(string) string) (map[string][]string, error) {
+	m := map[string][]string{}
+	return m, readSlurmConfInto(m, path, under, 0)
+}
+
+func readSlurmConfInto(m map[string][]string, path string, under func(string) string, depth int) error {
+	if depth > 8 {
+		return fmt.Errorf("%s: Include nested more than 8 deep", path)
+	}
 	b, err := gpubind.ReadSmallFile(path, 4<<20)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	m := map[string][]string{}
-	for _, line := range strings.Split(string(b), "\n") {
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = line[:i]
+	for i, line := range strings.Split(string(b), "\n") {
+		if j := strings.IndexByte(line, '#'); j >= 0 {
+			line = line[:j]
 		}
-		for _, f := range strings.Fields(line) {
-			if k, v, ok := strings.Cut(f, "="); ok {
+		f := strings.Fields(line)
+		if len(f) == 2 && strings.EqualFold(f[0], "include") {
+			pat := f[1]
+			if filepath.IsAbs(pat) {
+				pat = under(pat)
+			} else {
+				pat = filepath.Join(filepath.Dir(path), pat)
+			}
+			files, err := filepath.Glob(pat)
+			if err == nil && len(files) == 0 && !strings.ContainsAny(pat, "*?[") {
+				files = []string{pat} // a plain missing file: let the read name it
+			}
+			for _, inc := range files {
+				if err := readSlurmConfInto(m, inc, under, depth+1); err != nil {
+					return fmt.Errorf("%s line %d: Include: %w", path, i+1, err)
+				}
+			}
+			continue
+		}
+		for _, w := range f {
+			if k, v, ok := strings.Cut(w, "="); ok {
 				k = strings.ToLower(k)
 				m[k] = append(m[k], v)
 			}
 		}
 	}
-	return m, nil
+	return nil
 }
 
 func (c *checker) confValue(key string) string {
@@ -708,7 +736,7 @@ func (c *checker) checkSlurmConf() {
 		cg = filepath.Join(c.confDir(), "cgroup.conf")
 	}
 	constrain := false
-	if cc, err := readSlurmConf(cg); err == nil {
+	if cc, err := readSlurmConf(cg, c.under); err == nil {
 		if v := cc["constraindevices"]; len(v) > 0 && strings.EqualFold(v[len(v)-1], "yes") {
 			constrain = true
 		}

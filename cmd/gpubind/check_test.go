@@ -96,7 +96,8 @@ func healthyNode(t *testing.T) *node {
 		mknod(t, filepath.Join(root, "dev", fmt.Sprintf("nvidia%d", m)), m)
 	}
 	etc := filepath.Join(root, "etc/slurm")
-	write(t, filepath.Join(etc, "slurm.conf"), "ClusterName=fix\nGresTypes=gpu\nTaskPlugin=task/cgroup,task/affinity\n"+
+	write(t, filepath.Join(etc, "slurm.d", "gres.conf"), "GresTypes=gpu\n")
+	write(t, filepath.Join(etc, "slurm.conf"), "ClusterName=fix\nInclude /etc/slurm/slurm.d/*.conf\nTaskPlugin=task/cgroup,task/affinity\n"+
 		"PluginDir="+fixturePluginDir+"\nPlugStackConfig=/etc/slurm/plugstack.conf\n"+
 		"NodeName=node1 CPUs=2 Gres=gpu:8\n")
 	write(t, filepath.Join(etc, "cgroup.conf"), "ConstrainDevices=yes\n")
@@ -283,12 +284,8 @@ func TestCheckIsolateForcedWithoutCgroups(t *testing.T) {
 
 func TestCheckNoGPUGresType(t *testing.T) {
 	n := healthyNode(t)
-	conf := filepath.Join(n.root, "etc/slurm/slurm.conf")
-	b, err := os.ReadFile(conf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write(t, conf, strings.Replace(string(b), "GresTypes=gpu", "GresTypes=mps", 1))
+	// In the file slurm.conf includes.
+	write(t, filepath.Join(n.root, "etc/slurm/slurm.d/gres.conf"), "GresTypes=mps\n")
 	rc, items := n.check(t)
 	expect(t, rc, items, "slurm.conf", statusFail, `GresTypes="mps" has no gpu`)
 }
