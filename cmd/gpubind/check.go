@@ -113,7 +113,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 		b, err := json.MarshalIndent(struct {
 			Items  []checkItem `json:"items"`
 			Failed []string    `json:"failed"`
-		}{items, append([]string{}, failed...)}, "", "  ")
+		}{items, append([]string{}, failed...)}, "", "  ") // [] rather than null when none failed
 		if err != nil {
 			return err
 		}
@@ -248,7 +248,11 @@ func (c *checker) checkSlurmd() {
 		} else if p, err := exec.LookPath("slurmd"); err == nil && c.root == "" {
 			bin, how = p, "not running; the binary in PATH"
 		} else {
-			c.add("slurmd", statusFail, "no running slurmd and no slurmd in PATH: cannot tell which Slurm the plugin must match (give --slurmd FILE)")
+			where := "and no slurmd in PATH"
+			if c.root != "" {
+				where = "in " + c.under("/proc") + " (PATH is not searched with --root)"
+			}
+			c.add("slurmd", statusFail, "no running slurmd %s: cannot tell which Slurm the plugin must match (give --slurmd FILE)", where)
 			return
 		}
 	}
