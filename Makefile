@@ -64,7 +64,7 @@ build: cli engine plugin helper
 
 cli:
 	@mkdir -p $(BUILD)
-	$(GO) build -trimpath -ldflags "$(GO_LDFLAGS) -X main.pluginDir=$(SLURM_PLUGINDIR)" -o $(BUILD)/gpubind ./cmd/gpubind
+	$(GO) build -trimpath -ldflags "$(GO_LDFLAGS) -X main.builtPluginDir=$(SLURM_PLUGINDIR)" -o $(BUILD)/gpubind ./cmd/gpubind
 	$(GO) build -trimpath -o $(BUILD)/nvmlcost ./tests/gpu/nvmlcost
 
 # ---- engine + plugin (issue: SPANK plugin) --------------------------------------------------
@@ -128,3 +128,6 @@ install: build check-slurm-version
 
 clean:
 	rm -rf $(BUILD)
+
+# Packages (deb, rpm), man pages, CMake package: packaging/packaging.mk.
+include packaging/packaging.mk

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -31,6 +32,15 @@ type GresConf struct {
 // name it are skipped; node "" matches every line). Only Name=gpu lines matter; File= and MultipleFiles= may use
 // brackets (/dev/nvidia[0-3]).
 func ParseGresConf(text, node string) (*GresConf, error) {
+	return parseGresConf(text, node, nil)
+}
+
+// maxIncludeDepth bounds nested Include lines (a file that includes itself).
+const maxIncludeDepth = 8
+
+// parseGresConf parses gres.conf text; include loads the file(s) an "Include PATH" line
+// names (nil: Include is an error, the text has no file to be relative to).
+func parseGresConf(text, node string, include func(path string) (*GresConf, error)) (*GresConf, error) {
 	gc := &GresConf{}
 	sc := bufio.NewScanner(strings.NewReader(text))
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
@@ -43,6 +53,25 @@ func ParseGresConf(text, node string) (*GresConf, error) {
 		}
 		fields := strings.Fields(line)
 		if len(fields) == 0 {
+			continue
+		}
+		if strings.EqualFold(fields[0], "include") {
+			// Slurm's "Include FILE": the file's lines stand where the Include line is.
+			if len(fields) != 2 {
+				return nil, fmt.Errorf("gres.conf line %d: want \"Include FILE\"", lineNo)
+			}
+			if include == nil {
+				return nil, fmt.Errorf("gres.conf line %d: Include %s needs the including file's path (LoadGresConf)", lineNo, fields[1])
+			}
+			inc, err := include(fields[1])
+			if err != nil {
+				return nil, fmt.Errorf("gres.conf line %d: Include %s: %w", lineNo, fields[1], err)
+			}
+			gc.Files = append(gc.Files, inc.Files...)
+			gc.OtherNodes += inc.OtherNodes
+			if inc.AutoDetect != "" {
+				gc.AutoDetect = inc.AutoDetect
+			}
 			continue
 		}
 		kv := map[string]string{}
@@ -170,13 +199,48 @@ func ExpandHostlist(s string) ([]string, error) {
 	return out, nil
 }
 
-// LoadGresConf reads a gres.conf file for node.
+// LoadGresConf reads a gres.conf file for node, with the files its Include lines name
+// (relative paths are relative to the including file's directory; globs allowed).
 func LoadGresConf(path, node string) (*GresConf, error) {
+	return loadGresConf(path, node, 0)
+}
+
+func loadGresConf(path, node string, depth int) (*GresConf, error) {
+	if depth > maxIncludeDepth {
+		return nil, fmt.Errorf("%s: Include nested more than %d deep", path, maxIncludeDepth)
+	}
 	b, err := ReadSmallFile(path, 1<<20)
 	if err != nil {
 		return nil, fmt.Errorf("gres.conf: %w", err)
 	}
-	gc, err := ParseGresConf(string(b), node)
+	include := func(name string) (*GresConf, error) {
+		if !filepath.IsAbs(name) {
+			name = filepath.Join(filepath.Dir(path), name)
+		}
+		files := []string{name}
+		if strings.ContainsAny(name, "*?[") {
+			// As Slurm does: a pattern that matches nothing includes nothing.
+			g, gerr := filepath.Glob(name)
+			if gerr != nil {
+				return nil, gerr
+			}
+			files = g
+		}
+		all := &GresConf{}
+		for _, f := range files {
+			gc, err := loadGresConf(f, node, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			all.Files = append(all.Files, gc.Files...)
+			all.OtherNodes += gc.OtherNodes
+			if gc.AutoDetect != "" {
+				all.AutoDetect = gc.AutoDetect
+			}
+		}
+		return all, nil
+	}
+	gc, err := parseGresConf(string(b), node, include)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -1,7 +1,9 @@
 package gpubind
 
 import (
+	"bytes"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -27,33 +29,68 @@ func slurmVersionNumber(n uint32) SlurmVersion {
 	return SlurmVersion{Major: int(n>>16) & 0xff, Minor: int(n>>8) & 0xff, Micro: int(n) & 0xff}
 }
 
-// PluginSlurmVersion reads the Slurm version a SPANK plugin was built for from its
-// plugin_version symbol, the number Slurm itself checks when it loads the plugin.
-func PluginSlurmVersion(path string) (SlurmVersion, error) {
+// SlurmPlugin is what a Slurm plugin says of itself: the symbols Slurm checks when it loads it.
+type SlurmPlugin struct {
+	Version SlurmVersion // plugin_version: SLURM_VERSION_NUMBER of the headers it was built with
+	Type    string       // plugin_type: "spank" for a SPANK plugin
+}
+
+// ReadSlurmPlugin reads plugin_version and plugin_type from a plugin's dynamic symbols.
+func ReadSlurmPlugin(path string) (SlurmPlugin, error) {
+	var p SlurmPlugin
 	f, err := elf.Open(path)
 	if err != nil {
-		return SlurmVersion{}, fmt.Errorf("plugin %s: %w", path, err)
+		return p, fmt.Errorf("plugin %s: %w", path, err)
 	}
 	defer f.Close()
 	syms, err := f.DynamicSymbols()
 	if err != nil {
-		return SlurmVersion{}, fmt.Errorf("plugin %s: read its dynamic symbols: %w", path, err)
+		return p, fmt.Errorf("plugin %s: read its dynamic symbols: %w", path, err)
 	}
+	found := false
 	for _, s := range syms {
-		if s.Name != "plugin_version" {
+		switch s.Name {
+		case "plugin_version":
+			var b []byte
+			if b, err = symbolBytes(f, s, 4); err == nil {
+				p.Version, found = slurmVersionNumber(f.ByteOrder.Uint32(b)), true
+			}
+		case "plugin_type":
+			var b []byte
+			if b, err = symbolBytes(f, s, s.Size); err == nil {
+				p.Type = string(bytes.TrimRight(b, "\x00"))
+			}
+		}
+		if err != nil {
+			return p, fmt.Errorf("plugin %s: %s: %w", path, s.Name, err)
+		}
+	}
+	if !found {
+		return p, fmt.Errorf("plugin %s: no plugin_version symbol: not a Slurm plugin", path)
+	}
+	return p, nil
+}
+
+// PluginSlurmVersion reads the Slurm version a SPANK plugin was built for from its
+// plugin_version symbol, the number Slurm itself checks when it loads the plugin.
+func PluginSlurmVersion(path string) (SlurmVersion, error) {
+	p, err := ReadSlurmPlugin(path)
+	return p.Version, err
+}
+
+// symbolBytes reads n bytes at a symbol's address from the section holding it.
+func symbolBytes(f *elf.File, s elf.Symbol, n uint64) ([]byte, error) {
+	for _, sec := range f.Sections {
+		if sec.Type == elf.SHT_NOBITS || s.Value < sec.Addr || s.Value+n > sec.Addr+sec.Size {
 			continue
 		}
-		if s.Size != 4 || int(s.Section) >= len(f.Sections) {
-			return SlurmVersion{}, fmt.Errorf("plugin %s: plugin_version is not a 4-byte object", path)
-		}
-		sec := f.Sections[s.Section]
-		b := make([]byte, 4)
+		b := make([]byte, n)
 		if _, err := sec.ReadAt(b, int64(s.Value-sec.Addr)); err != nil {
-			return SlurmVersion{}, fmt.Errorf("plugin %s: read plugin_version: %w", path, err)
+			return nil, err
 		}
-		return slurmVersionNumber(f.ByteOrder.Uint32(b)), nil
+		return b, nil
 	}
-	return SlurmVersion{}, fmt.Errorf("plugin %s: no plugin_version symbol: not a Slurm plugin", path)
+	return nil, errors.New("not in any section of the file")
 }
 
 // ParseSlurmdVersion parses the output of `slurmd -V`: "slurm 26.05.3", or on Debian

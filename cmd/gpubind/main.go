@@ -29,6 +29,7 @@ const usage = `usage:
   gpubind plan     --tasks N [--gpus LIST] [--task-cpus "0;1;0;1"] [--policy POLICY[,FLAGS]]
                    [--root DIR | --snapshot FILE] [--json]
                    [--gres-conf FILE] [--numbering global|relative] [--source S] [--table]
+  gpubind check    [--json] [--root DIR] [FILE options: gpubind check -h]
   gpubind help-policies
   gpubind version  [--plugin FILE] [--slurmd FILE]   (also --version)
 `
@@ -57,6 +58,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdPlan(args[1:], stdout, stderr)
 	case "version", "--version":
 		err = cmdVersion(args[1:], stdout)
+	case "check":
+		err = cmdCheck(args[1:], stdout, stderr)
 	case "help-policies":
 		fmt.Fprint(stdout, gpubind.PolicyHelpText)
 	case "-h", "--help", "help":

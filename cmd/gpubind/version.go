@@ -13,9 +13,9 @@ import (
 	"github.com/gpubind/gpubind/gpubind"
 )
 
-// pluginDir is where `make` installs spank_gpubind.so (Slurm's PluginDir), set at build time
+// builtPluginDir is where `make` installs spank_gpubind.so (Slurm's PluginDir), set at build time
 // with -ldflags -X; `gpubind version` looks there when --plugin is not given.
-var pluginDir = ""
+var builtPluginDir = ""
 
 const pluginName = "spank_gpubind.so"
 
@@ -76,8 +76,8 @@ func findPlugin() string {
 	if exe, err := os.Executable(); err == nil {
 		dirs = append(dirs, filepath.Dir(exe))
 	}
-	if pluginDir != "" {
-		dirs = append(dirs, pluginDir)
+	if builtPluginDir != "" {
+		dirs = append(dirs, builtPluginDir)
 	}
 	for _, d := range dirs {
 		p := filepath.Join(d, pluginName)
@@ -89,8 +89,8 @@ func findPlugin() string {
 }
 
 func pluginDirOrNone() string {
-	if pluginDir == "" {
+	if builtPluginDir == "" {
 		return "(no PluginDir known at build time)"
 	}
-	return pluginDir
+	return builtPluginDir
 }

@@ -167,6 +167,18 @@ int gb_config_parse(int ac, char **av, struct gb_config *c, char *err,
 	return 0;
 }
 
+/*
+ * For `gpubind check`: the parser above on an admin's plugstack arguments,
+ * so the CLI judges them exactly as this build of the plugin will. Pure C, no
+ * Slurm call: the CLI dlopens the installed plugin outside Slurm.
+ */
+int gpubind_check_args(int ac, char **av, char *err, size_t errlen)
+{
+	struct gb_config c;
+
+	return gb_config_parse(ac, av, &c, err, errlen);
+}
+
 int gb_option_is_off(const char *text)
 {
 	size_t l = strcspn(text, ",");

@@ -47,6 +47,8 @@ extern char gb_opt_value[1024];
 
 int gb_config_parse(int ac, char **av, struct gb_config *c, char *err,
 		    size_t errlen);
+/* Exported for `gpubind check` (gpubind.exports): 0, or -1 with err set. */
+int gpubind_check_args(int ac, char **av, char *err, size_t errlen);
 
 /*
  * Effective option text after precedence: the user's option (bare means

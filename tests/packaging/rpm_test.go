@@ -1,0 +1,154 @@
+package packaging
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gpubind/gpubind/tests/testbuild"
+)
+
+// rpmPackages are the packages of packaging/gpubind.spec.
+var rpmPackages = []string{"slurm-spank-gpubind", "gpubind", "libgpuhelper1", "libgpuhelper-devel"}
+
+// systemSlurm reads SLURM_VERSION_NUMBER of the system headers: the number and "22.05.8".
+func systemSlurm(t *testing.T) (uint32, string) {
+	t.Helper()
+	b, err := os.ReadFile("/usr/include/slurm/slurm_version.h")
+	if err != nil {
+		t.Skip("no Slurm headers (libslurm-dev)")
+	}
+	m := regexp.MustCompile(`(?m)^#define SLURM_VERSION_NUMBER (0x[0-9a-fA-F]+)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("slurm_version.h has no SLURM_VERSION_NUMBER")
+	}
+	v, err := strconv.ParseUint(string(m[1]), 0, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint32(v), strconv.Itoa(int(v>>16&0xff)) + "." + pad2(int(v>>8&0xff)) + "." + strconv.Itoa(int(v&0xff))
+}
+
+func pad2(n int) string {
+	if n < 10 {
+		return "0" + strconv.Itoa(n)
+	}
+	return strconv.Itoa(n)
+}
+
+// `make rpm` against the system Slurm: each package's files, requirements and config files,
+// and the payload extracted with rpm2cpio.
+func TestRPM(t *testing.T) {
+	needRoot(t)
+	if _, err := exec.LookPath("rpmbuild"); err != nil {
+		t.Skip("rpmbuild not installed (apt-get install rpm)")
+	}
+	slurmNum, slurmVer := systemSlurm(t)
+	dir := t.TempDir()
+	if err := testbuild.Run(testbuild.RepoRoot(), []string{"make", "-s", "rpm", "RPM_DIR=" + dir}); err != nil {
+		t.Fatal(err)
+	}
+	rpms := map[string]string{}
+	for _, p := range rpmPackages {
+		m, _ := filepath.Glob(filepath.Join(dir, "RPMS", "*", p+"-1.0.0-*.rpm"))
+		if len(m) != 1 {
+			t.Fatalf("want one %s rpm, found %v", p, m)
+		}
+		rpms[p] = m[0]
+	}
+	libdir := strings.TrimSpace(run(t, "rpm", "--eval", "%{_libdir}"))
+	plugdir := libdir + "/slurm"
+	want := map[string][]string{
+		"slurm-spank-gpubind": {plugdir + "/spank_gpubind.so", plugdir + "/gpubind_engine.so",
+			"/etc/slurm/plugstack.conf.d/gpubind.conf", "/usr/share/man/man8/spank-gpubind.8"},
+		"gpubind":       {"/usr/bin/gpubind", "/usr/share/man/man1/gpubind.1"},
+		"libgpuhelper1": {libdir + "/libgpuhelper.so.1"},
+		"libgpuhelper-devel": {"/usr/include/gpuhelper.h", libdir + "/libgpuhelper.so", libdir + "/pkgconfig/gpuhelper.pc",
+			libdir + "/cmake/gpuhelper/gpuhelperConfig.cmake", libdir + "/cmake/gpuhelper/gpuhelperConfigVersion.cmake",
+			"/usr/share/man/man3/gpuhelper.3", "/usr/share/man/man3/gpuhelper_init.3"},
+	}
+	for p, files := range want {
+		// Man pages may be compressed by the distribution's brp scripts.
+		list := run(t, "rpm", "-qlp", rpms[p])
+		got := strings.Split(regexp.MustCompile(`(?m)\.(gz|bz2|xz)$`).ReplaceAllString(list, ""), "\n")
+		for _, f := range files {
+			if !has(got, f) {
+				t.Errorf("%s lacks %s; it has:\n%s", p, f, list)
+			}
+		}
+		for other, ofiles := range want {
+			for _, f := range ofiles {
+				if other != p && has(got, f) {
+					t.Errorf("%s holds %s, which belongs to %s", p, f, other)
+				}
+			}
+		}
+	}
+	req := run(t, "rpm", "-qRp", rpms["slurm-spank-gpubind"])
+	if !regexp.MustCompile(`(?m)^slurm\(x86-64\) = ` + regexp.QuoteMeta(slurmVer) + `$`).MatchString(req) {
+		t.Errorf("slurm-spank-gpubind does not require slurm(x86-64) = %s:\n%s", slurmVer, req)
+	}
+	if req := run(t, "rpm", "-qRp", rpms["libgpuhelper-devel"]); !strings.Contains(req, "libgpuhelper1(x86-64) = 1.0.0-1") {
+		t.Errorf("libgpuhelper-devel does not require its library:\n%s", req)
+	}
+	if req := run(t, "rpm", "-qRp", rpms["libgpuhelper1"]); !strings.Contains(req, "libpmix.so.2()(64bit)") {
+		t.Errorf("libgpuhelper1 does not require libpmix.so.2:\n%s", req)
+	}
+	if conf := run(t, "rpm", "-qcp", rpms["slurm-spank-gpubind"]); strings.TrimSpace(conf) != "/etc/slurm/plugstack.conf.d/gpubind.conf" {
+		t.Errorf("config files of slurm-spank-gpubind: %q", conf)
+	}
+
+	// The payload: the plugin carries the headers' release, the snippet names the plugin
+	// where the package put it, the CMake config names the packaged library.
+	x := t.TempDir()
+	for _, p := range rpmPackages {
+		cmd := exec.Command("sh", "-c", `rpm2cpio "$1" | cpio -idm --quiet`, "sh", rpms[p])
+		cmd.Dir = x
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("rpm2cpio %s: %v\n%s", rpms[p], err, out)
+		}
+	}
+	if v := pluginVersion(t, filepath.Join(x, plugdir, "spank_gpubind.so")); v != slurmNum {
+		t.Errorf("plugin_version %#x, want %#x (%s)", v, slurmNum, slurmVer)
+	}
+	b, err := os.ReadFile(filepath.Join(x, "etc/slurm/plugstack.conf.d/gpubind.conf"))
+	if err != nil || !strings.Contains(string(b), "# required "+plugdir+"/spank_gpubind.so") {
+		t.Errorf("gpubind.conf (%v):\n%s", err, b)
+	}
+	b, err = os.ReadFile(filepath.Join(x, libdir, "cmake/gpuhelper/gpuhelperConfig.cmake"))
+	if err != nil || !strings.Contains(string(b), `"`+libdir+`/libgpuhelper.so.1"`) || strings.Contains(string(b), "BUILDROOT") {
+		t.Errorf("gpuhelperConfig.cmake (%v):\n%s", err, b)
+	}
+	if fi, err := os.Lstat(filepath.Join(x, libdir, "libgpuhelper.so")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("libgpuhelper.so is not a symlink: %v", err)
+	}
+}
+
+// With a private Slurm the rpmbuild line gets its headers and no Slurm requirement
+// (make -n: the real build of this path is the same spec, tested above).
+func TestRPMPrivateSlurmHasNoSlurmRequirement(t *testing.T) {
+	prefix := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(prefix, "include", "slurm"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "sh", "-c", `cp /usr/include/slurm/*.h "$1"`, "sh", filepath.Join(prefix, "include", "slurm"))
+	cmd := exec.Command("make", "-n", "rpm", "SLURM_PREFIX="+prefix, "RPM_DIR="+t.TempDir())
+	cmd.Dir = testbuild.RepoRoot()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n rpm: %v\n%s", err, out)
+	}
+	s := string(out)
+	if strings.Contains(s, "slurm_version") {
+		t.Errorf("private Slurm: rpmbuild still defines slurm_version:\n%s", s)
+	}
+	for _, w := range []string{`slurm_cflags -I` + prefix + `/include`, `slurm_plugindir ` + prefix + `/lib/slurm`} {
+		if !strings.Contains(s, w) {
+			t.Errorf("private Slurm: rpmbuild line lacks %q:\n%s", w, s)
+		}
+	}
+}
