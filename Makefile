@@ -17,7 +17,9 @@ VERSION      ?= 0.2.0
 # same major.minor release, so rebuild for every Slurm upgrade (docs/admin.md).
 SLURM_PREFIX ?= /usr
 export SLURM_PREFIX
-SLURMD       ?= $(SLURM_PREFIX)/sbin/slurmd
+# The Slurm program whose version the plugin must match: slurmd, or srun on a login node
+# (clients load SPANK plugins with the same version check).
+SLURMD       ?= $(firstword $(wildcard $(SLURM_PREFIX)/sbin/slurmd $(SLURM_PREFIX)/bin/srun))
 # Slurm's PluginDir: $(SLURM_PREFIX)/lib/slurm for a Slurm built from source; for the system's,
 # as it reports it (Debian: /usr/lib/x86_64-linux-gnu/slurm-wlm).
 ifneq ($(filter-out /usr /usr/,$(SLURM_PREFIX)),)
@@ -109,9 +111,14 @@ bench: deps build
 	./bench/run.sh
 
 # ---- install --------------------------------------------------------------------------------
-# Refuses, naming both versions, a slurmd that would not load the plugin just built.
+# Refuses, naming both versions, a slurmd that would not load the plugin just built. A staged
+# install (DESTDIR, as package builds do) is checked by the package's exact Slurm dependency.
 check-slurm-version: cli plugin
-	$(BUILD)/gpubind version --plugin $(BUILD)/spank_gpubind.so --slurmd $(SLURMD)
+	@if [ -n "$(DESTDIR)" ]; then \
+	    echo "install: DESTDIR is set: not checking a slurmd (the package depends on its Slurm)"; \
+	elif [ -z "$(SLURMD)" ]; then \
+	    echo "install: no slurmd or srun under SLURM_PREFIX=$(SLURM_PREFIX): cannot check that Slurm loads the plugin; set SLURMD=PATH" >&2; exit 1; \
+	else $(BUILD)/gpubind version --plugin $(BUILD)/spank_gpubind.so --slurmd $(SLURMD); fi
 
 install: build check-slurm-version
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
