@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -93,7 +94,8 @@ static void close_from(int lowfd)
 }
 
 static void __attribute__((noreturn))
-child_main(const char *engine, const char *request, int wfd, int timeout_ms)
+child_main(const char *engine, const char *request, int wfd, int timeout_ms,
+	   pid_t parent)
 {
 	struct sigaction sa;
 	sigset_t none;
@@ -109,6 +111,9 @@ child_main(const char *engine, const char *request, int wfd, int timeout_ms)
 			(void) sigaction(s, &sa, NULL);
 	sigemptyset(&none);
 	(void) sigprocmask(SIG_SETMASK, &none, NULL);
+	/* Die with slurmstepd; it may have died before the prctl. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
+		_exit(3);
 
 	/* The pipe becomes fd 3; 0-2 are /dev/null; nothing else survives. */
 	if (wfd != GB_CHILD_FD) {
@@ -151,8 +156,8 @@ static long remaining_ms(long deadline_us)
 	return left <= 0 ? 0 : (left + 999) / 1000;
 }
 
-/* Reap pid before the deadline, else SIGKILL it. ECHILD: someone else did. */
-static void reap(pid_t pid, long deadline_us, struct gb_child_result *res)
+/* Wait for pid until now + ms; 1 when reaped (or ECHILD: someone else did). */
+static int wait_until(pid_t pid, long deadline_us, struct gb_child_result *res)
 {
 	for (;;) {
 		int st;
@@ -161,28 +166,14 @@ static void reap(pid_t pid, long deadline_us, struct gb_child_result *res)
 		if (r == pid) {
 			res->exited = 1;
 			res->status = st;
-			return;
+			return 1;
 		}
 		if (r < 0 && errno == EINTR)
 			continue;
-		if (r < 0) {
-			/* slurmstepd may reap any child with wait3. */
-			res->reaped_elsewhere = 1;
-			return;
-		}
-		if (remaining_ms(deadline_us) == 0) {
-			res->timed_out = 1;
-			(void) kill(pid, SIGKILL);
-			while ((r = waitpid(pid, &st, 0)) < 0 && errno == EINTR)
-				;
-			if (r == pid) {
-				res->exited = 1;
-				res->status = st;
-			} else {
-				res->reaped_elsewhere = 1;
-			}
-			return;
-		}
+		if (r < 0)
+			return 1; /* slurmstepd may reap any child with wait3 */
+		if (remaining_ms(deadline_us) == 0)
+			return 0;
 		{
 			struct timespec ts = { 0, 500000 };
 
@@ -191,11 +182,25 @@ static void reap(pid_t pid, long deadline_us, struct gb_child_result *res)
 	}
 }
 
+/*
+ * Reap pid before the deadline, else SIGKILL it and wait at most
+ * GB_REAP_GRACE_MS more: never block slurmstepd on a child that cannot die.
+ */
+static void reap(pid_t pid, long deadline_us, struct gb_child_result *res)
+{
+	if (wait_until(pid, deadline_us, res))
+		return;
+	res->timed_out = 1;
+	(void) kill(pid, SIGKILL);
+	if (!wait_until(pid, gb_now_us() + GB_REAP_GRACE_MS * 1000L, res))
+		res->unreaped = 1;
+}
+
 int gb_run_engine(const char *engine, const char *request, int timeout_ms,
 		  struct gb_child_result *res, char *err, size_t errlen)
 {
 	int fds[2];
-	pid_t pid;
+	pid_t pid, parent;
 	long deadline = gb_now_us() + (long) timeout_ms * 1000;
 	size_t cap = 64 * 1024;
 	int rc = -1;
@@ -217,6 +222,7 @@ int gb_run_engine(const char *engine, const char *request, int timeout_ms,
 		(void) close(fds[1]);
 		return -1;
 	}
+	parent = getpid();
 	pid = fork();
 	if (pid < 0) {
 		(void) snprintf(err, errlen, "fork: %s", strerror(errno));
@@ -227,7 +233,7 @@ int gb_run_engine(const char *engine, const char *request, int timeout_ms,
 		return -1;
 	}
 	if (pid == 0)
-		child_main(engine, request, fds[1], timeout_ms);
+		child_main(engine, request, fds[1], timeout_ms, parent);
 	(void) close(fds[1]);
 
 	for (;;) {

@@ -82,6 +82,14 @@ struct gb_table;
 const struct gb_table *gb_stepd_plan(void);
 
 /* child.c */
+/*
+ * How long the parent waits for a SIGKILLed child to go. A child in
+ * uninterruptible sleep (NVML on a wedged GPU) does not die at once; it
+ * must not hold slurmstepd. After this it is left to slurmstepd, which
+ * reaps any child with wait3.
+ */
+#define GB_REAP_GRACE_MS 2000
+
 struct gb_child_result {
 	char *out;          /* malloc'd engine output */
 	size_t outlen;
@@ -89,7 +97,7 @@ struct gb_child_result {
 	int killed;         /* the parent SIGKILLed it */
 	int exited;         /* status below is valid */
 	int status;         /* waitpid status */
-	int reaped_elsewhere;
+	int unreaped;       /* still there GB_REAP_GRACE_MS after SIGKILL */
 };
 int gb_run_engine(const char *engine, const char *request, int timeout_ms,
 		  struct gb_child_result *res, char *err, size_t errlen);

@@ -256,7 +256,11 @@ static int plan_failed(const char *what)
 static void describe_exit(const struct gb_child_result *res, char *buf,
 			  size_t len)
 {
-	if (res->timed_out)
+	if (res->unreaped)
+		(void) snprintf(buf, len, " (engine killed at the timeout, not "
+				"gone %d ms later: left to slurmstepd)",
+				GB_REAP_GRACE_MS);
+	else if (res->timed_out)
 		(void) snprintf(buf, len, " (engine killed at the timeout)");
 	else if (res->killed)
 		(void) snprintf(buf, len, " (engine killed)");
@@ -274,7 +278,7 @@ static void describe_exit(const struct gb_child_result *res, char *buf,
 int gb_stepd_init_post_opt(spank_t sp)
 {
 	uint32_t stepid, ntasks;
-	char option[1024], engine[1024], err[1024], why[2200], ex[64];
+	char option[1024], engine[1024], err[1024], why[2200], ex[128];
 	char *envopt;
 	struct req r = { 0 };
 	struct gb_child_result res;

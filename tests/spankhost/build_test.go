@@ -47,7 +47,7 @@ func build(t testing.TB) {
 				filepath.Join(root, "tests/spankhost/csrc/rule_check.c"),
 				filepath.Join(root, "spank/frontend/table.c"), "-ldl"},
 		}
-		for _, m := range []string{"table", "crash", "hang", "garbage", "truncated", "huge", "linger"} {
+		for _, m := range []string{"table", "crash", "hang", "garbage", "truncated", "huge", "linger", "frozen"} {
 			so := filepath.Join(dir, "engine_"+m+".so")
 			bin.engines[m] = so
 			steps = append(steps, []string{"gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-shared", "-fPIC",

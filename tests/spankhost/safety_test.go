@@ -2,6 +2,8 @@ package spankhost
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -170,4 +172,48 @@ func tail(s string) string {
 		return "..." + s[len(s)-3000:]
 	}
 	return s
+}
+
+// An engine that SIGKILL cannot end at once (here: frozen by the cgroup v1 freezer, as a child
+// in uninterruptible sleep would be) must not hold slurmstepd: the front end waits a bounded
+// time after the kill, reports it, and goes on. Before, it waited in waitpid forever.
+func TestEngineThatCannotDie(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (cgroup v1 freezer)")
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/freezer"); err != nil {
+		t.Skip("no cgroup v1 freezer on this machine")
+	}
+	dir := filepath.Join("/sys/fs/cgroup/freezer", fmt.Sprintf("gpubind-test-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = os.WriteFile(filepath.Join(dir, "freezer.state"), []byte("THAWED"), 0o644)
+		for i := 0; i < 100; i++ {
+			if b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs")); len(strings.TrimSpace(string(b))) == 0 {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err := os.Remove(dir); err != nil {
+			t.Errorf("remove %s: %v", dir, err)
+		}
+	})
+	t.Setenv("GB_TEST_FREEZER", dir)
+	build(t)
+	p := dgxPlan(t, 2, "-")
+	start := time.Now()
+	r, err := hostRun(t, time.Minute, []string{"-n", "2", "-C", "20", "-o", "closest"},
+		"engine="+bin.engines["frozen"], "snapshot="+p, "timeout=1000", "mode=enforce")
+	if err != nil {
+		t.Fatalf("the host did not come back from an engine that cannot die: %v", err)
+	}
+	took := time.Since(start)
+	if !strings.Contains(r.stderr, "not gone 2000 ms later: left to slurmstepd") {
+		t.Errorf("stderr lacks the reason:\n%s", r.stderr)
+	}
+	if took > 30*time.Second {
+		t.Errorf("the host took %v", took)
+	}
 }

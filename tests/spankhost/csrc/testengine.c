@@ -7,6 +7,9 @@
  *   MODE_GARBAGE   write junk          MODE_TRUNCATED a plan without "end"
  *   MODE_HUGE      write 2 MiB         MODE_LINGER    write the plan, close
  *                                                     the pipe, then hang
+ *   MODE_FROZEN    freeze itself in the cgroup v1 freezer GB_TEST_FREEZER: it
+ *                  cannot die of SIGKILL until thawed, like a child stuck in
+ *                  uninterruptible sleep (NVML on a wedged GPU)
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -71,6 +74,25 @@ int gpubind_engine_run(const char *req, int fd)
 	return 0;
 #elif defined(MODE_HANG)
 	(void) req; (void) fd;
+	for (;;)
+		pause();
+#elif defined(MODE_FROZEN)
+	(void) req; (void) fd;
+	const char *dir = getenv("GB_TEST_FREEZER");
+	char path[4096], pid[32];
+	int f;
+
+	if (!dir)
+		return -1;
+	snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+	snprintf(pid, sizeof(pid), "%d", (int) getpid());
+	if ((f = open(path, O_WRONLY)) < 0 || write(f, pid, strlen(pid)) < 0)
+		return -1;
+	close(f);
+	snprintf(path, sizeof(path), "%s/freezer.state", dir);
+	if ((f = open(path, O_WRONLY)) < 0 || write(f, "FROZEN", 6) < 0)
+		return -1;
+	close(f);
 	for (;;)
 		pause();
 #elif defined(MODE_GARBAGE)
