@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 
@@ -25,8 +26,8 @@ type cacheFile struct {
 	Topology *gpubind.Topology `json:"topology"`
 }
 
-// cacheKey names what the cached discovery depends on: the boot, the driver version,
-// and the admin's source/root/snapshot settings.
+// cacheKey names what the cached discovery depends on: the boot, the driver version, the
+// MIG layout, and the admin's source/root/snapshot settings.
 func cacheKey(req *Request) (string, error) {
 	boot, err := os.ReadFile(bootIDPath)
 	if err != nil {
@@ -55,8 +56,29 @@ func cacheKey(req *Request) (string, error) {
 	if src == "" {
 		src = gpubind.SourceAuto
 	}
-	return fmt.Sprintf("gpubind-cache 1\nboot=%s\ndriver=%s\nsource=%s\nroot=%s\nsnapshot=%s\n",
-		strings.TrimSpace(string(boot)), driver, src, root, snap), nil
+	return fmt.Sprintf("gpubind-cache 1\nboot=%s\ndriver=%s\nmig=%s\nsource=%s\nroot=%s\nsnapshot=%s\n",
+		strings.TrimSpace(string(boot)), driver, migLayout(req.Root), src, root, snap), nil
+}
+
+// migLayout lists the MIG GPU and compute instances the driver exposes
+// (ROOT/proc/driver/nvidia/capabilities/gpuN/mig/giG/ciC, no NVML needed): repartitioning
+// without a reboot changes it, and with it the cached discovery.
+func migLayout(root string) string {
+	base := filepath.Join(root, "/proc/driver/nvidia/capabilities")
+	var all []string
+	for _, pat := range []string{"gpu*/mig/gi*", "gpu*/mig/gi*/ci*"} {
+		m, _ := filepath.Glob(filepath.Join(base, pat))
+		for _, p := range m {
+			if rel, err := filepath.Rel(base, p); err == nil {
+				all = append(all, rel)
+			}
+		}
+	}
+	if len(all) == 0 {
+		return "-"
+	}
+	sort.Strings(all)
+	return strings.Join(all, ",")
 }
 
 func cachePath(dir, key string) string {

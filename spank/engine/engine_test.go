@@ -288,3 +288,23 @@ func TestNVMLOncePerBoot(t *testing.T) {
 		t.Errorf("NVML Init called %d times over 3 runs, want 1", inits)
 	}
 }
+
+// MIG repartitioning without a reboot changes the instances the driver lists under
+// /proc/driver/nvidia/capabilities; a cached topology from before must not be used.
+func TestCacheInvalidatedByMIGLayout(t *testing.T) {
+	root, cache := setup(t, "pcie4")
+	req := "source=sysfs\nroot=" + root + "\ncache_dir=" + cache + "\ngres_conf=" + gresConf + "\nlocal_tasks=1\nenv.SLURM_STEP_GPUS=0\n"
+	if _, err := run(t, req); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(filepath.Join(root, "sys"))
+	if _, err := run(t, req); err != nil {
+		t.Fatalf("warm: %v", err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "proc/driver/nvidia/capabilities/gpu0/mig/gi1/ci0"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, req); err == nil {
+		t.Fatal("a new MIG layout did not invalidate the cache")
+	}
+}
