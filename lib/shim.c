@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,38 @@
 #define GH_STR(x) GH_STR2(x)
 
 static pid_t gh_pid;
+
+/* The structs as released in 1.0, frozen: a program built against the 1.0 header passes these
+ * sizes in struct_size, and must keep working with every later 1.x library. Fields are only
+ * ever appended, so a caller's struct is a prefix of ours (or ours of a newer caller's): the
+ * library accepts any struct_size from the 1.0 size up and fills min(struct_size, sizeof). */
+struct gh_info_1_0 {
+    size_t struct_size;
+    int rank, size;
+    int local_rank, local_size;
+    int node_id, num_nodes;
+    int cuda_device;
+    char pci_bus_id[32];
+    char gpu_uuid[96];
+    unsigned char nccl_id[GPUHELPER_NCCL_ID_BYTES];
+};
+struct gh_group_1_0 {
+    size_t struct_size;
+    int color;
+    int rank, size;
+    int root;
+    unsigned char nccl_id[GPUHELPER_NCCL_ID_BYTES];
+};
+#define GH_INFO_SIZE_1_0 sizeof(struct gh_info_1_0)
+#define GH_GROUP_SIZE_1_0 sizeof(struct gh_group_1_0)
+_Static_assert(offsetof(gpuhelper_info_t, nccl_id) == offsetof(struct gh_info_1_0, nccl_id),
+               "gpuhelper_info_t: the 1.0 fields must keep their offsets");
+_Static_assert(offsetof(gpuhelper_group_t, nccl_id) == offsetof(struct gh_group_1_0, nccl_id),
+               "gpuhelper_group_t: the 1.0 fields must keep their offsets");
+_Static_assert(sizeof(gpuhelper_info_t) >= GH_INFO_SIZE_1_0 && sizeof(gpuhelper_group_t) >= GH_GROUP_SIZE_1_0,
+               "the structs only grow");
+
+static size_t gh_min(size_t a, size_t b) { return a < b ? a : b; }
 
 /* Runs when the library is loaded, as does the Go runtime: that pid owns the Go threads. */
 __attribute__((constructor)) static void gh_record_pid(void) { gh_pid = getpid(); }
@@ -69,10 +102,11 @@ GH_EXPORT int gpuhelper_init(gpuhelper_info_t *info)
     if (info == NULL)
         return gh_fail(GPUHELPER_EINVAL, "gpuhelper_init: info is NULL");
     size = info->struct_size;
-    if (size < sizeof(gpuhelper_info_t)) {
+    if (size < GH_INFO_SIZE_1_0) {
         snprintf(gh_err, sizeof(gh_err),
-                 "gpuhelper: gpuhelper_init: info->struct_size is %zu, expected sizeof(gpuhelper_info_t) = %zu",
-                 size, sizeof(gpuhelper_info_t));
+                 "gpuhelper: gpuhelper_init: info->struct_size is %zu, expected sizeof(gpuhelper_info_t) "
+                 "(%zu in this library, at least %zu: the 1.0 size)",
+                 size, sizeof(gpuhelper_info_t), GH_INFO_SIZE_1_0);
         return GPUHELPER_EINVAL;
     }
     if (pthread_once(&gh_order_once, gh_set_cuda_order) != 0)
@@ -81,8 +115,9 @@ GH_EXPORT int gpuhelper_init(gpuhelper_info_t *info)
     rc = ghGoInit(&tmp, gh_err, sizeof(gh_err));
     if (rc != 0)
         return rc;
-    /* A caller built against a newer header may pass a larger struct: fill what we know. */
-    memcpy(info, &tmp, sizeof(tmp));
+    /* A caller built against an older header passes a smaller struct, one built against a newer
+     * header a larger one: fill the fields both know, leave the caller's others alone. */
+    memcpy(info, &tmp, gh_min(size, sizeof(tmp)));
     info->struct_size = size;
     return 0;
 }
@@ -128,17 +163,18 @@ GH_EXPORT int gpuhelper_group_id(int color, gpuhelper_group_t *group)
     if (group == NULL)
         return gh_fail(GPUHELPER_EINVAL, "gpuhelper_group_id: group is NULL");
     size = group->struct_size;
-    if (size < sizeof(gpuhelper_group_t)) {
+    if (size < GH_GROUP_SIZE_1_0) {
         snprintf(gh_err, sizeof(gh_err),
-                 "gpuhelper: gpuhelper_group_id: group->struct_size is %zu, expected sizeof(gpuhelper_group_t) = %zu",
-                 size, sizeof(gpuhelper_group_t));
+                 "gpuhelper: gpuhelper_group_id: group->struct_size is %zu, expected sizeof(gpuhelper_group_t) "
+                 "(%zu in this library, at least %zu: the 1.0 size)",
+                 size, sizeof(gpuhelper_group_t), GH_GROUP_SIZE_1_0);
         return GPUHELPER_EINVAL;
     }
     memset(&tmp, 0, sizeof(tmp));
     rc = ghGoGroupID(color, &tmp, gh_err, sizeof(gh_err));
     if (rc != 0)
         return rc;
-    memcpy(group, &tmp, sizeof(tmp));
+    memcpy(group, &tmp, gh_min(size, sizeof(tmp)));
     group->struct_size = size;
     return 0;
 }

@@ -150,6 +150,7 @@ func TestSingleton(t *testing.T) {
 		{"twice", nil, []string{"twice"}, "twice"},
 		{"threads", nil, []string{"threads"}, "threads"},
 		{"fork", nil, []string{"fork"}, "fork"},
+		{"newer caller's larger structs", nil, []string{"bigstruct"}, "bigstruct"},
 		{"Slurm step of 4 without PMIx", []string{"SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=4"}, []string{"expect", "-2"}, "srun --mpi=pmix"},
 		{"Open MPI env of 2 without PMIx", []string{"OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=0"}, []string{"expect", "-2"}, "launch with `srun --mpi=pmix`"},
 		{"Slurm step of 1 without PMIx", []string{"SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=1"}, []string{"expect", "0"}, "SUCCESS"},
@@ -172,6 +173,34 @@ func TestSingleton(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkOK(t, out, 1, "expect", "/nonexistent/libnccl.so.2")
+	})
+}
+
+// TestABI10 runs ghtest10, ghtest compiled against the frozen 1.0 header
+// (tests/helper/gpuhelper-1.0.h), with this library: a binary built against 1.0 must keep
+// working, whatever 1.x fields the structs have gained since.
+func TestABI10(t *testing.T) {
+	needSetup(t)
+	stub := "GPUHELPER_NCCL_LIBRARY=" + stubLib
+	for _, args := range [][]string{{"badargs"}, {"twice"}, {"bigstruct"}} {
+		t.Run(args[0], func(t *testing.T) {
+			out, err := launch(t, cleanEnv(os.Environ(), stub), time.Minute, bin("ghtest10"), args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkOK(t, out, 1, args[0], args[0])
+			if args[0] == "badargs" && !strings.Contains(out, "header 1.0.0") {
+				t.Errorf("ghtest10 was not built against the 1.0 header:\n%s", out)
+			}
+		})
+	}
+	t.Run("mpirun n=4", func(t *testing.T) {
+		log := stubLogPath(t)
+		out, err := mpirun(t, []string{"STUBNCCL_LOG=" + log, "GPUHELPER_TIMEOUT=60"}, 4, bin("ghtest10"), "info", "2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkInfo(t, out, 4, 1, 2, log)
 	})
 }
 

@@ -9,6 +9,8 @@
  *   expect CODE init must return CODE (a number); prints the message
  *   userfn      gpuhelper_set_nccl_get_unique_id with a function of this program
  *   badargs     argument checks
+ *   bigstruct   init and group_id with structs larger than this header's (a newer caller): the
+ *               library fills what it knows and leaves the rest alone
  * Lines start with a tag (INFO, SCAL, NODE, COLOR, TIME, OK, FAIL) and the rank. */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -328,6 +330,44 @@ static int mode_badargs(void)
     return 0;
 }
 
+/* A caller built against a newer header: its structs end in fields this library does not know. */
+static int mode_bigstruct(void)
+{
+    struct {
+        gpuhelper_info_t info;
+        unsigned char newer[64];
+    } big;
+    struct {
+        gpuhelper_group_t g;
+        unsigned char newer[64];
+    } bigg;
+    gpuhelper_info_t ref;
+    int rc;
+    memset(&big, 0x5a, sizeof(big));
+    big.info.struct_size = sizeof(big);
+    if ((rc = gpuhelper_init(&big.info)) != 0)
+        return fail("init with a larger struct", rc);
+    if ((rc = init(&ref)) != 0)
+        return fail("init", rc);
+    for (size_t i = 0; i < sizeof(big.newer); i++)
+        if (big.newer[i] != 0x5a)
+            return fail("init wrote past its own struct into the caller's newer fields", GPUHELPER_EINTERNAL);
+    if (big.info.struct_size != sizeof(big) || !(big.info.rank == ref.rank && big.info.size == ref.size &&
+                                                 memcmp(big.info.nccl_id, ref.nccl_id, sizeof(ref.nccl_id)) == 0))
+        return fail("init with a larger struct gave another answer", GPUHELPER_EINTERNAL);
+    memset(&bigg, 0x5a, sizeof(bigg));
+    bigg.g.struct_size = sizeof(bigg);
+    if ((rc = gpuhelper_group_id(GPUHELPER_COLOR_NODE, &bigg.g)) != 0)
+        return fail("group_id with a larger struct", rc);
+    for (size_t i = 0; i < sizeof(bigg.newer); i++)
+        if (bigg.newer[i] != 0x5a)
+            return fail("group_id wrote past its own struct", GPUHELPER_EINTERNAL);
+    if (bigg.g.struct_size != sizeof(bigg) || bigg.g.size != ref.local_size || bigg.g.color != GPUHELPER_COLOR_NODE)
+        return fail("group_id with a larger struct gave a wrong answer", GPUHELPER_EINTERNAL);
+    printf("OK %d bigstruct %zu %zu\n", ref.rank, sizeof(big), sizeof(bigg));
+    return finalize();
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -355,6 +395,8 @@ int main(int argc, char **argv)
         return mode_userfn();
     if (strcmp(m, "badargs") == 0)
         return mode_badargs();
+    if (strcmp(m, "bigstruct") == 0)
+        return mode_bigstruct();
     fprintf(stderr, "gpubind: ghtest: unknown mode %s\n", m);
     return 2;
 }
