@@ -4,7 +4,8 @@
  * libgpuhelper asks the job's PMIx server (`srun --mpi=pmix`, Open MPI's mpirun) where the
  * process sits in its job, picks its GPU (from the gpubind SPANK plugin's choice when present),
  * and hands every rank the same NCCL unique ID, created by rank 0 with the application's own
- * ncclGetUniqueId. No MPI is needed.
+ * ncclGetUniqueId. No MPI is needed, and no NCCL either for the rank and GPU facts: without
+ * NCCL, gpuhelper_init still succeeds and only the NCCL ID is missing (see flags).
  *
  *     gpuhelper_info_t info = { .struct_size = sizeof(info) };
  *     int rc = gpuhelper_init(&info);
@@ -19,8 +20,8 @@
  *
  * Build: cc app.c $(pkg-config --cflags --libs gpuhelper)
  *
- * Collective calls (gpuhelper_init, gpuhelper_scalable_ids, gpuhelper_group_id) must be made by
- * every rank of the job, in the same order. All calls are thread-safe. The library embeds a Go
+ * Collective calls (gpuhelper_init, gpuhelper_finalize, gpuhelper_nccl_id, gpuhelper_scalable_ids,
+ * gpuhelper_group_id) must be made by every rank of the job, in the same order. All calls are thread-safe. The library embeds a Go
  * runtime: see docs/helper.md for what that means inside your process.
  *
  * Environment:
@@ -40,7 +41,7 @@ extern "C" {
 #endif
 
 #define GPUHELPER_VERSION_MAJOR 1
-#define GPUHELPER_VERSION_MINOR 0
+#define GPUHELPER_VERSION_MINOR 1
 #define GPUHELPER_VERSION_PATCH 0
 
 /* Size of an ncclUniqueId (NCCL_UNIQUE_ID_BYTES). */
@@ -60,7 +61,11 @@ extern "C" {
 #define GPUHELPER_EENV (-9)      /* a GPUHELPER_* variable is malformed */
 #define GPUHELPER_EINTERNAL (-10) /* internal error (a bug: please report the message) */
 
-/* What gpuhelper_init reports. */
+/* gpuhelper_info_t.flags: nccl_id holds the world ID (rank 0 created it during gpuhelper_init). */
+#define GPUHELPER_INFO_NCCL_ID 0x1ULL
+
+/* What gpuhelper_init reports. Fields are only ever appended: a program built against an older
+ * header passes a smaller struct_size and gets the fields it knows (at least the 1.0 ones). */
 typedef struct gpuhelper_info {
     size_t struct_size;            /* caller sets sizeof(gpuhelper_info_t): lets the struct grow */
     int rank, size;                /* global */
@@ -69,13 +74,23 @@ typedef struct gpuhelper_info {
     int cuda_device;               /* pass to cudaSetDevice(); -1 if no GPU is visible */
     char pci_bus_id[32];           /* "0000:1b:00.0", or "" if unknown */
     char gpu_uuid[96];             /* "GPU-..." or "MIG-...", or "" */
-    unsigned char nccl_id[GPUHELPER_NCCL_ID_BYTES]; /* same bytes on every rank: an ncclUniqueId */
+    unsigned char nccl_id[GPUHELPER_NCCL_ID_BYTES]; /* same bytes on every rank: an ncclUniqueId;
+                                                       all zero unless flags has GPUHELPER_INFO_NCCL_ID */
+    /* Since 1.1. */
+    unsigned long long flags;      /* GPUHELPER_INFO_* bits */
 } gpuhelper_info_t;
 
 /*
  * gpuhelper_init connects to the job's PMIx server, fills *info, and gives every rank the NCCL
- * unique ID that rank 0 created with ncclGetUniqueId (looked up in the process first, then in
- * GPUHELPER_NCCL_LIBRARY, unless gpuhelper_set_nccl_get_unique_id named one). Collective.
+ * unique ID that rank 0 created with ncclGetUniqueId (the function passed to
+ * gpuhelper_set_nccl_get_unique_id, else looked up in the process, then in
+ * GPUHELPER_NCCL_LIBRARY). Collective.
+ *
+ * Without NCCL (rank 0 finds no ncclGetUniqueId, or it fails) gpuhelper_init still succeeds:
+ * rank, sizes, node and GPU are filled, flags lacks GPUHELPER_INFO_NCCL_ID on every rank, nccl_id
+ * is zero, and gpuhelper_nccl_id says why (or creates the ID once NCCL is there). A program
+ * built against the 1.0 header (its struct_size has no flags field) gets GPUHELPER_ENCCL
+ * instead, as with 1.0.
  *
  * Set info->struct_size = sizeof(gpuhelper_info_t) first. Idempotent: later calls (from any
  * thread) return the same answer without talking to PMIx again. Returns 0 or GPUHELPER_E...;
@@ -97,6 +112,16 @@ int gpuhelper_init(gpuhelper_info_t *info);
  * Later calls need a new gpuhelper_init (a new NCCL ID). Returns 0 when not initialised; after
  * GPUHELPER_ETIMEOUT the library is finalized all the same. */
 int gpuhelper_finalize(void);
+
+/*
+ * gpuhelper_nccl_id copies the world NCCL ID (the one in info.nccl_id) into id, which must hold
+ * GPUHELPER_NCCL_ID_BYTES bytes (an ncclUniqueId *). Collective: every rank calls it. If
+ * gpuhelper_init got the ID, this is a local copy. If it did not (no NCCL on rank 0 then), rank 0
+ * tries again now (e.g. after gpuhelper_set_nccl_get_unique_id, or once the program has loaded
+ * NCCL) and every rank gets the new ID, or GPUHELPER_ENCCL with rank 0's reason. Needs
+ * gpuhelper_init. Since 1.1.
+ */
+int gpuhelper_nccl_id(void *id);
 
 /* gpuhelper_strerror names a return code ("GPUHELPER_ETIMEOUT: ..."). Never NULL. Plain C: safe
  * in a forked child. */

@@ -28,7 +28,7 @@ func main() {}
 
 // Version is the library version; it must match GPUHELPER_VERSION_* in gpuhelper.h (checked by
 // the tests).
-const Version = "1.0.0"
+const Version = "1.1.0"
 
 // DefaultTimeout is how long a rank waits for another rank's data unless GPUHELPER_TIMEOUT says
 // otherwise: generous, because rank 0 may spend a long time starting CUDA before it publishes.
@@ -56,6 +56,10 @@ func withCode(code int, err error) error {
 
 // errNCCL marks a failure of this process's own ncclGetUniqueId.
 var errNCCL = errors.New("ncclGetUniqueId")
+
+// isNCCL reports whether err is a failure to create an NCCL ID, here or on the root: the one
+// kind of failure gpuhelper_init survives (the rank and GPU facts need no NCCL).
+func isNCCL(err error) bool { return errors.Is(err, ncclid.ErrRoot) || errors.Is(err, errNCCL) }
 
 // code maps an error onto a GPUHELPER_E... code.
 func code(err error) int {
@@ -122,6 +126,7 @@ var state struct {
 	info   pmixkv.Info
 	gpu    gpusel.Choice
 	id     ncclid.ID
+	idErr  error          // why there is no world ID (id is zero), nil when there is one
 	userFn unsafe.Pointer // from gpuhelper_set_nccl_get_unique_id
 	libs   map[string]ncclid.Generator
 }
@@ -172,12 +177,16 @@ func initLocked() error {
 		state.ex = &ncclid.Exchanger{}
 	}
 	state.ex.KV, state.ex.Mode, state.ex.Timeout, state.ex.NewID = kv, cfg.mode, cfg.timeout, newID(cfg.library)
-	id, err := state.ex.World()
-	if err != nil {
+	// The world ID is made here, so that programs that read info.nccl_id after init (every 1.0
+	// program) keep working. Failing to make it is not fatal: every rank learns of it from the
+	// root in the same exchange, so all agree that there is no ID, and gpuhelper_nccl_id can try
+	// again later. Other failures (timeout, PMIx) are.
+	id, idErr := state.ex.World()
+	if idErr != nil && !isNCCL(idErr) {
 		kv.Close()
-		return err
+		return idErr
 	}
-	state.kv, state.cfg, state.info, state.gpu, state.id = kv, cfg, info, gpu, id
+	state.kv, state.cfg, state.info, state.gpu, state.id, state.idErr = kv, cfg, info, gpu, id, idErr
 	return nil
 }
 
@@ -200,6 +209,10 @@ func fill(out *C.gpuhelper_info_t) {
 	for i, b := range state.id {
 		out.nccl_id[i] = C.uchar(b)
 	}
+	out.flags = 0
+	if state.idErr == nil {
+		out.flags |= C.GPUHELPER_INFO_NCCL_ID
+	}
 }
 
 // report writes err into the caller's buffer and returns its code.
@@ -220,15 +233,52 @@ func guard(rc *C.int, buf *C.char, n C.size_t) {
 	}
 }
 
+// ghGoInit: needID is set for callers built against the 1.0 header, which has no flags field
+// to say that nccl_id is missing; for them no world ID stays an error (GPUHELPER_ENCCL), as in
+// 1.0.
+//
 //export ghGoInit
-func ghGoInit(info *C.gpuhelper_info_t, buf *C.char, n C.size_t) (rc C.int) {
+func ghGoInit(info *C.gpuhelper_info_t, needID C.int, buf *C.char, n C.size_t) (rc C.int) {
 	defer guard(&rc, buf, n)
 	state.mu.Lock()
 	defer state.mu.Unlock()
+	fresh := state.kv == nil
 	if err := initLocked(); err != nil {
 		return report(err, buf, n)
 	}
+	if needID != 0 && state.idErr != nil {
+		if fresh {
+			// As 1.0 did: a failed init leaves the library uninitialised (PMIx finalized).
+			state.kv.Close()
+			state.kv = nil
+		}
+		return report(fmt.Errorf("%w (this program was built against the 1.0 header, where "+
+			"gpuhelper_init needs the NCCL ID; rebuild against 1.1 to run without NCCL)", state.idErr), buf, n)
+	}
 	fill(info)
+	return 0
+}
+
+//export ghGoNcclID
+func ghGoNcclID(out *C.uchar, buf *C.char, n C.size_t) (rc C.int) {
+	defer guard(&rc, buf, n)
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	if err := needInit(); err != nil {
+		return report(err, buf, n)
+	}
+	if state.idErr != nil {
+		// Every rank saw the same failure at init, so every rank is here: a new collective.
+		id, err := state.ex.World()
+		if err != nil {
+			if isNCCL(err) {
+				state.idErr = err
+			}
+			return report(fmt.Errorf("gpuhelper_nccl_id: no world NCCL ID: %w", err), buf, n)
+		}
+		state.id, state.idErr = id, nil
+	}
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(out)), ncclid.Bytes), state.id[:])
 	return 0
 }
 

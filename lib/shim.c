@@ -47,6 +47,9 @@ _Static_assert(offsetof(gpuhelper_info_t, nccl_id) == offsetof(struct gh_info_1_
                "gpuhelper_info_t: the 1.0 fields must keep their offsets");
 _Static_assert(offsetof(gpuhelper_group_t, nccl_id) == offsetof(struct gh_group_1_0, nccl_id),
                "gpuhelper_group_t: the 1.0 fields must keep their offsets");
+/* So that struct_size tells a 1.0 caller from a 1.1 one, the first 1.1 field must start past the
+ * end of the 1.0 struct (its tail padding included). */
+_Static_assert(offsetof(gpuhelper_info_t, flags) >= GH_INFO_SIZE_1_0, "gpuhelper_info_t.flags overlaps the 1.0 struct");
 _Static_assert(sizeof(gpuhelper_info_t) >= GH_INFO_SIZE_1_0 && sizeof(gpuhelper_group_t) >= GH_GROUP_SIZE_1_0,
                "the structs only grow");
 
@@ -112,7 +115,8 @@ GH_EXPORT int gpuhelper_init(gpuhelper_info_t *info)
     if (pthread_once(&gh_order_once, gh_set_cuda_order) != 0)
         return gh_fail(GPUHELPER_EINTERNAL, "pthread_once failed");
     memset(&tmp, 0, sizeof(tmp));
-    rc = ghGoInit(&tmp, gh_err, sizeof(gh_err));
+    /* A 1.0 caller has no flags field to learn that nccl_id is missing: it needs the ID. */
+    rc = ghGoInit(&tmp, size < offsetof(gpuhelper_info_t, flags) + sizeof(tmp.flags), gh_err, sizeof(gh_err));
     if (rc != 0)
         return rc;
     /* A caller built against an older header passes a smaller struct, one built against a newer
@@ -127,6 +131,15 @@ GH_EXPORT int gpuhelper_finalize(void)
     if (gh_forked())
         return GPUHELPER_EFORK;
     return ghGoFinalize(gh_err, sizeof(gh_err));
+}
+
+GH_EXPORT int gpuhelper_nccl_id(void *id)
+{
+    if (gh_forked())
+        return GPUHELPER_EFORK;
+    if (id == NULL)
+        return gh_fail(GPUHELPER_EINVAL, "gpuhelper_nccl_id: id is NULL");
+    return ghGoNcclID(id, gh_err, sizeof(gh_err));
 }
 
 GH_EXPORT int gpuhelper_set_nccl_get_unique_id(gpuhelper_nccl_get_unique_id_fn fn)

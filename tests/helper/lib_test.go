@@ -76,7 +76,7 @@ func TestLibraryFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("nm: %v\n%s", err, out)
 	}
-	re := regexp.MustCompile(`^gpuhelper_[a-z_]+@@GPUHELPER_1\.0$|^GPUHELPER_1\.0$`)
+	re := regexp.MustCompile(`^gpuhelper_[a-z_]+@@GPUHELPER_1\.[01]$|^GPUHELPER_1\.[01]$`)
 	n := 0
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(l)
@@ -86,8 +86,14 @@ func TestLibraryFile(t *testing.T) {
 		}
 		n++
 	}
-	if n != 10 {
-		t.Errorf("%d dynamic symbols, want 9 functions and the version node:\n%s", n, out)
+	// 1.0 binaries ask for gpuhelper_*@GPUHELPER_1.0: those must stay there; new calls get 1.1.
+	for _, sym := range []string{"gpuhelper_init@@GPUHELPER_1.0", "gpuhelper_group_id@@GPUHELPER_1.0", "gpuhelper_nccl_id@@GPUHELPER_1.1"} {
+		if !regexp.MustCompile(`(?m) ` + regexp.QuoteMeta(sym) + `$`).Match(out) {
+			t.Errorf("%s is not exported:\n%s", sym, out)
+		}
+	}
+	if n != 12 {
+		t.Errorf("%d dynamic symbols, want 10 functions and the 2 version nodes:\n%s", n, out)
 	}
 	// The header's version macros and the library's version agree.
 	h, _ := os.ReadFile(filepath.Join(repoRoot, "lib/gpuhelper.h"))
@@ -157,7 +163,7 @@ func TestSingleton(t *testing.T) {
 		{"bad GPUHELPER_TIMEOUT", []string{"GPUHELPER_TIMEOUT=soon"}, []string{"expect", "-9"}, `GPUHELPER_TIMEOUT="soon"`},
 		{"bad GPUHELPER_EXCHANGE", []string{"GPUHELPER_EXCHANGE=bcast"}, []string{"expect", "-9"}, `"bcast"`},
 		{"bad GPUBIND_PCI_BUS_IDS", []string{"GPUBIND_GPUS=3", "GPUBIND_PCI_BUS_IDS=zz"}, []string{"expect", "-7"}, "GPUBIND_PCI_BUS_IDS"},
-		{"failing ncclGetUniqueId", []string{"STUBNCCL_FAIL=3"}, []string{"expect", "-5"}, "ncclResult_t 3"},
+		{"failing ncclGetUniqueId", []string{"STUBNCCL_FAIL=3"}, []string{"noid"}, "ncclResult_t 3"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out, err := launch(t, cleanEnv(os.Environ(), append(c.env, stub)...), time.Minute, bin("ghtest"), c.args...)
@@ -167,12 +173,82 @@ func TestSingleton(t *testing.T) {
 			checkOK(t, out, 1, c.args[0], c.want)
 		})
 	}
-	t.Run("no NCCL at all", func(t *testing.T) {
-		out, err := launch(t, cleanEnv(os.Environ(), "GPUHELPER_NCCL_LIBRARY=/nonexistent/libnccl.so.2"), time.Minute, bin("ghtest_dl"), "expect", "-5")
+	// ghtest_dl has no ncclGetUniqueId of its own, and the library it would dlopen is missing.
+	for _, mode := range []string{"noid", "lateid"} {
+		t.Run("no NCCL at all/"+mode, func(t *testing.T) {
+			out, err := launch(t, cleanEnv(os.Environ(), noNCCL), time.Minute, bin("ghtest_dl"), mode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := "/nonexistent/libnccl.so.2"
+			if mode == "lateid" {
+				want = mode
+			}
+			checkOK(t, out, 1, mode, want)
+		})
+	}
+}
+
+// noNCCL points the library at a libnccl that does not exist. The test programs that run with
+// it (ghtest_dl, hello) do not link the stub, so no ncclGetUniqueId is reachable at all.
+const noNCCL = "GPUHELPER_NCCL_LIBRARY=/nonexistent/libnccl.so.2"
+
+// checkHelloNoNCCL wants a line from each of n ranks on nodes nodes, with its facts and the
+// reason why there is no NCCL ID.
+func checkHelloNoNCCL(t *testing.T, out string, n, nodes int) {
+	t.Helper()
+	seen := map[string]bool{}
+	re := regexp.MustCompile(fmt.Sprintf(`^hello: rank (\d+)/%d local \d+/\d+ node \d+/%d: .* nccl_id none \(.*/nonexistent/libnccl\.so\.2.*\)`, n, nodes))
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if m := re.FindStringSubmatch(l); m != nil {
+			seen[m[1]] = true
+		}
+	}
+	if len(seen) != n {
+		t.Errorf("%d of %d ranks printed their facts and the missing ID:\n%s", len(seen), n, out)
+	}
+}
+
+// TestNoNCCL runs examples/hello where no libnccl is reachable: rank, node and GPU facts need no
+// NCCL; only the ID is missing, and hello says so.
+func TestNoNCCL(t *testing.T) {
+	needSetup(t)
+	check := func(t *testing.T, out string, n int) { t.Helper(); checkHelloNoNCCL(t, out, n, 1) }
+	t.Run("singleton", func(t *testing.T) {
+		out, err := launch(t, cleanEnv(os.Environ(), noNCCL), time.Minute, bin("hello"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkOK(t, out, 1, "expect", "/nonexistent/libnccl.so.2")
+		check(t, out, 1)
+	})
+	t.Run("mpirun n=3", func(t *testing.T) {
+		out, err := mpirun(t, []string{noNCCL}, 3, bin("hello"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, out, 3)
+	})
+	t.Run("mpirun n=3 ghtest_dl", func(t *testing.T) {
+		out, err := mpirun(t, []string{noNCCL}, 3, bin("ghtest_dl"), "noid")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOK(t, out, 3, "noid", "/nonexistent/libnccl.so.2")
+	})
+	t.Run("mpirun n=3 lateid", func(t *testing.T) {
+		out, err := mpirun(t, []string{noNCCL}, 3, bin("ghtest_dl"), "lateid")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOK(t, out, 3, "lateid", "lateid")
+	})
+	// A 1.0 binary keeps 1.0's contract: init fails when rank 0 cannot make the ID.
+	t.Run("1.0 binary", func(t *testing.T) {
+		out, err := mpirun(t, []string{"STUBNCCL_FAIL=3"}, 3, bin("ghtest10"), "expect", "-5")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOK(t, out, 3, "expect", "ncclResult_t 3")
 	})
 }
 

@@ -60,7 +60,7 @@ func TestMpirunErrors(t *testing.T) {
 	}{
 		{"rank 0 exits before Put", 3, []string{"GPUHELPER_TIMEOUT=3"}, []string{"die0"}, "GPUHELPER_ETIMEOUT"},
 		{"timeout", 3, []string{"GPUHELPER_TIMEOUT=2"}, []string{"late0", "6"}, "GPUHELPER_ETIMEOUT"},
-		{"root's ncclGetUniqueId fails", 3, []string{"STUBNCCL_FAIL=3", "GPUHELPER_TIMEOUT=120"}, []string{"expect", "-5"}, "ncclResult_t 3"},
+		{"root's ncclGetUniqueId fails", 3, []string{"STUBNCCL_FAIL=3", "GPUHELPER_TIMEOUT=120"}, []string{"noid"}, "ncclResult_t 3"},
 		{"second init", 4, nil, []string{"twice"}, "twice"},
 		{"two threads", 4, nil, []string{"threads"}, "threads"},
 		{"fork", 2, nil, []string{"fork"}, "fork"},

@@ -81,6 +81,14 @@ func TestSrun(t *testing.T) {
 			checkOK(t, out, tc.n, tc.args[0], tc.want)
 		})
 	}
+	// No libnccl reachable anywhere: hello (not linked with the stub) still gets every fact.
+	t.Run("hello without NCCL/N=2/n=4", func(t *testing.T) {
+		out, err := srun(t, c, []string{noNCCL}, "--mpi=pmix", "-O", "-N2", "-n4", bin("hello"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkHelloNoNCCL(t, out, 4, 2)
+	})
 	// srun without PMIx: a step of several tasks cannot exchange the ID; each task must say so.
 	t.Run("no PMIx server/n=2", func(t *testing.T) {
 		out, err := srun(t, c, nil, "--mpi=none", "-O", "-N2", "-n2", bin("ghtest"), "expect", "-2")

@@ -9,11 +9,17 @@
  *   expect CODE init must return CODE (a number); prints the message
  *   userfn      gpuhelper_set_nccl_get_unique_id with a function of this program
  *   badargs     argument checks
- *   bigstruct   init and group_id with structs larger than this header's (a newer caller): the
+ *   noid        (1.1) no NCCL on rank 0: init succeeds without the ID, gpuhelper_nccl_id,
+ *               scalable and group IDs fail with GPUHELPER_ENCCL; prints the reason
+ *   lateid      (1.1) no NCCL at init; then gpuhelper_set_nccl_get_unique_id and gpuhelper_nccl_id
+ *               create the world ID
+ *   bigstruct   init with this header's struct writes nothing past it; built against the current
+ *               header, also init and group_id with larger structs (a newer caller): the
  *               library fills what it knows and leaves the rest alone
  * Lines start with a tag (INFO, SCAL, NODE, COLOR, TIME, OK, FAIL) and the rank. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +97,17 @@ static int mode_info(int nids)
 
     const char *order = getenv("CUDA_DEVICE_ORDER");
     printf("ORDER %d %s\n", info.rank, order ? order : "(unset)");
+#if GPUHELPER_VERSION_MINOR >= 1
+    {
+        unsigned char id[GPUHELPER_NCCL_ID_BYTES];
+        if (!(info.flags & GPUHELPER_INFO_NCCL_ID))
+            return fail("init: flags lack GPUHELPER_INFO_NCCL_ID", GPUHELPER_EINTERNAL);
+        if ((rc = gpuhelper_nccl_id(id)) != 0)
+            return fail("gpuhelper_nccl_id", rc);
+        if (memcmp(id, info.nccl_id, sizeof(id)) != 0)
+            return fail("gpuhelper_nccl_id differs from info.nccl_id", GPUHELPER_EINTERNAL);
+    }
+#endif
 
     if (nids == 0) {
         nids = gpuhelper_scalable_count();
@@ -242,6 +259,9 @@ static int fork_check(const char *when)
                  gpuhelper_set_nccl_get_unique_id(NULL) == GPUHELPER_EFORK &&
                  strstr(gpuhelper_strerror(GPUHELPER_EFORK), "GPUHELPER_EFORK") != NULL &&
                  strstr(gpuhelper_last_error(), "fork") != NULL && strcmp(gpuhelper_version(), "") != 0;
+#if GPUHELPER_VERSION_MINOR >= 1
+        ok = ok && gpuhelper_nccl_id(id) == GPUHELPER_EFORK;
+#endif
         printf("%s %d fork-%s child: %s\n", ok ? "OK" : "FAIL", env_rank(), when, gpuhelper_last_error());
         fflush(stdout);
         _exit(ok ? 0 : 1);
@@ -305,7 +325,7 @@ static int mode_badargs(void)
     if ((rc = gpuhelper_init(NULL)) != GPUHELPER_EINVAL)
         return fail("init(NULL)", rc);
     memset(&info, 0, sizeof(info));
-    info.struct_size = sizeof(info) - 1;
+    info.struct_size = offsetof(gpuhelper_info_t, nccl_id); /* below the 1.0 size */
     if ((rc = gpuhelper_init(&info)) != GPUHELPER_EINVAL || strstr(gpuhelper_last_error(), "struct_size") == NULL)
         return fail("init with a small struct_size", rc);
     if ((rc = init(&info)) != 0)
@@ -330,9 +350,91 @@ static int mode_badargs(void)
     return 0;
 }
 
-/* A caller built against a newer header: its structs end in fields this library does not know. */
+#if GPUHELPER_VERSION_MINOR >= 1
+static int zero(const unsigned char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != 0)
+            return 0;
+    return 1;
+}
+
+static int mode_noid(void)
+{
+    gpuhelper_info_t info;
+    unsigned char id[GPUHELPER_NCCL_ID_BYTES];
+    char why[1024];
+    gpuhelper_group_t g = {.struct_size = sizeof(g)};
+    int rc = init(&info);
+    if (rc != 0)
+        return fail("init without NCCL", rc);
+    if ((info.flags & GPUHELPER_INFO_NCCL_ID) || !zero(info.nccl_id, sizeof(info.nccl_id)))
+        return fail("init without NCCL: flags say there is an ID, or nccl_id is not zero", GPUHELPER_EINTERNAL);
+    if (info.size < 1 || info.rank < 0 || info.rank >= info.size || info.local_size < 1 || info.num_nodes < 1)
+        return fail("init without NCCL: bad rank facts", GPUHELPER_EINTERNAL);
+    if ((rc = gpuhelper_nccl_id(NULL)) != GPUHELPER_EINVAL || strstr(gpuhelper_last_error(), "id is NULL") == NULL)
+        return fail("gpuhelper_nccl_id(NULL)", rc);
+    memset(id, 0x77, sizeof(id));
+    if ((rc = gpuhelper_nccl_id(id)) != GPUHELPER_ENCCL)
+        return fail("gpuhelper_nccl_id without NCCL", rc);
+    snprintf(why, sizeof(why), "%s", gpuhelper_last_error());
+    if ((rc = gpuhelper_scalable_ids(1, id, sizeof(id))) != GPUHELPER_ENCCL)
+        return fail("gpuhelper_scalable_ids without NCCL", rc);
+    if ((rc = gpuhelper_group_id(GPUHELPER_COLOR_NODE, &g)) != GPUHELPER_ENCCL)
+        return fail("gpuhelper_group_id without NCCL", rc);
+    printf("OK %d noid rank %d/%d local %d/%d node %d/%d | %s\n", info.rank, info.rank, info.size, info.local_rank,
+           info.local_size, info.node_id, info.num_nodes, why);
+    return finalize();
+}
+
+static int mode_lateid(void)
+{
+    gpuhelper_info_t info;
+    unsigned char id[GPUHELPER_NCCL_ID_BYTES];
+    int rc = init(&info);
+    if (rc != 0)
+        return fail("init without NCCL", rc);
+    if (info.flags & GPUHELPER_INFO_NCCL_ID)
+        return fail("init made an ID without NCCL", GPUHELPER_EINTERNAL);
+    if ((rc = gpuhelper_set_nccl_get_unique_id(user_fn)) != 0)
+        return fail("set_nccl_get_unique_id", rc);
+    if ((rc = gpuhelper_nccl_id(id)) != 0)
+        return fail("gpuhelper_nccl_id once NCCL is there", rc);
+    for (size_t i = 0; i < sizeof(id); i++)
+        if (id[i] != 0xab)
+            return fail("gpuhelper_nccl_id: ID not from the user function", GPUHELPER_EINTERNAL);
+    memset(id, 0, sizeof(id));
+    if ((rc = gpuhelper_nccl_id(id)) != 0 || id[0] != 0xab) /* now a local copy */
+        return fail("second gpuhelper_nccl_id", rc);
+    printf("OK %d lateid\n", info.rank);
+    return finalize();
+}
+#endif
+
 static int mode_bigstruct(void)
 {
+    /* The caller's own struct, followed by other data: init must not touch the data. */
+    struct {
+        gpuhelper_info_t info;
+        unsigned char after[64];
+    } own;
+    gpuhelper_info_t ref;
+    int rc;
+    memset(&own, 0x5a, sizeof(own));
+    own.info.struct_size = sizeof(own.info);
+    if ((rc = gpuhelper_init(&own.info)) != 0)
+        return fail("init", rc);
+    for (size_t i = 0; i < sizeof(own.after); i++)
+        if (own.after[i] != 0x5a)
+            return fail("init wrote past the caller's struct", GPUHELPER_EINTERNAL);
+    if ((rc = init(&ref)) != 0)
+        return fail("init", rc);
+    if (own.info.struct_size != sizeof(own.info) || own.info.rank != ref.rank || own.info.size != ref.size ||
+        memcmp(own.info.nccl_id, ref.nccl_id, sizeof(ref.nccl_id)) != 0)
+        return fail("init gave another answer", GPUHELPER_EINTERNAL);
+#if GPUHELPER_VERSION_MINOR >= 1
+    /* Built against the current header, whose structs are the library's: a caller built against
+     * a newer header has larger ones, ending in fields this library does not know. */
     struct {
         gpuhelper_info_t info;
         unsigned char newer[64];
@@ -341,14 +443,10 @@ static int mode_bigstruct(void)
         gpuhelper_group_t g;
         unsigned char newer[64];
     } bigg;
-    gpuhelper_info_t ref;
-    int rc;
     memset(&big, 0x5a, sizeof(big));
     big.info.struct_size = sizeof(big);
     if ((rc = gpuhelper_init(&big.info)) != 0)
         return fail("init with a larger struct", rc);
-    if ((rc = init(&ref)) != 0)
-        return fail("init", rc);
     for (size_t i = 0; i < sizeof(big.newer); i++)
         if (big.newer[i] != 0x5a)
             return fail("init wrote past its own struct into the caller's newer fields", GPUHELPER_EINTERNAL);
@@ -364,7 +462,8 @@ static int mode_bigstruct(void)
             return fail("group_id wrote past its own struct", GPUHELPER_EINTERNAL);
     if (bigg.g.struct_size != sizeof(bigg) || bigg.g.size != ref.local_size || bigg.g.color != GPUHELPER_COLOR_NODE)
         return fail("group_id with a larger struct gave a wrong answer", GPUHELPER_EINTERNAL);
-    printf("OK %d bigstruct %zu %zu\n", ref.rank, sizeof(big), sizeof(bigg));
+#endif
+    printf("OK %d bigstruct %zu\n", ref.rank, sizeof(own.info));
     return finalize();
 }
 
@@ -397,6 +496,12 @@ int main(int argc, char **argv)
         return mode_badargs();
     if (strcmp(m, "bigstruct") == 0)
         return mode_bigstruct();
+#if GPUHELPER_VERSION_MINOR >= 1
+    if (strcmp(m, "noid") == 0)
+        return mode_noid();
+    if (strcmp(m, "lateid") == 0)
+        return mode_lateid();
+#endif
     fprintf(stderr, "gpubind: ghtest: unknown mode %s\n", m);
     return 2;
 }
