@@ -158,6 +158,8 @@ int gpuhelper_scalable_count(void);
  * i*(size/nids) + min(i, size%nids) (300 ranks, 3 IDs: ranks 0, 100, 200).
  * ids must hold nids*GPUHELPER_NCCL_ID_BYTES bytes (ids_bytes says how many it holds);
  * 1 <= nids <= size. Collective: every rank passes the same nids. Needs gpuhelper_init.
+ * Refused (GPUHELPER_ENCCL, the message names NCCL_COMM_ID) while NCCL_COMM_ID is in force on a
+ * root: NCCL then puts that one address in every ID, so the IDs would collide.
  */
 int gpuhelper_scalable_ids(int nids, unsigned char *ids, size_t ids_bytes);
 
@@ -178,7 +180,8 @@ typedef struct gpuhelper_group {
  * gpuhelper_group_id splits the job like MPI_Comm_split(color, key = global rank) and gives
  * each group its own NCCL ID, created by the group's lowest rank. color >= 0, or
  * GPUHELPER_COLOR_NODE for one group per node (no color exchange needed). Collective: every
- * rank of the job calls it, each with its own color. Needs gpuhelper_init.
+ * rank of the job calls it, each with its own color. Needs gpuhelper_init. Refused like
+ * gpuhelper_scalable_ids while NCCL_COMM_ID is in force.
  */
 int gpuhelper_group_id(int color, gpuhelper_group_t *group);
 

@@ -59,7 +59,9 @@ var errNCCL = errors.New("ncclGetUniqueId")
 
 // isNCCL reports whether err is a failure to create an NCCL ID, here or on the root: the one
 // kind of failure gpuhelper_init survives (the rank and GPU facts need no NCCL).
-func isNCCL(err error) bool { return errors.Is(err, ncclid.ErrRoot) || errors.Is(err, errNCCL) }
+func isNCCL(err error) bool {
+	return errors.Is(err, ncclid.ErrRoot) || errors.Is(err, errNCCL) || errors.Is(err, ncclid.ErrCommID)
+}
 
 // code maps an error onto a GPUHELPER_E... code.
 func code(err error) int {
@@ -73,7 +75,7 @@ func code(err error) int {
 		return C.GPUHELPER_ENOSERVER
 	case errors.Is(err, pmixkv.ErrTimeout):
 		return C.GPUHELPER_ETIMEOUT
-	case errors.Is(err, ncclid.ErrRoot), errors.Is(err, errNCCL):
+	case isNCCL(err):
 		return C.GPUHELPER_ENCCL
 	}
 	return C.GPUHELPER_EPMIX
@@ -177,6 +179,7 @@ func initLocked() error {
 		state.ex = &ncclid.Exchanger{}
 	}
 	state.ex.KV, state.ex.Mode, state.ex.Timeout, state.ex.NewID = kv, cfg.mode, cfg.timeout, newID(cfg.library)
+	state.ex.Getenv = getenv
 	// The world ID is made here, so that programs that read info.nccl_id after init (every 1.0
 	// program) keep working. Failing to make it is not fatal: every rank learns of it from the
 	// root in the same exchange, so all agree that there is no ID, and gpuhelper_nccl_id can try

@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -94,6 +95,11 @@ func ParseMode(s string) (Mode, error) {
 // ErrRoot marks an error reported by a root that could not create its ID.
 var ErrRoot = errors.New("root failed to create the NCCL ID")
 
+// ErrCommID marks IDs refused because they would collide: with NCCL_COMM_ID set, NCCL's
+// ncclGetUniqueId returns that fixed address every time, so the IDs of different communicators
+// are the same bytes and their ranks would all meet at one address.
+var ErrCommID = errors.New("NCCL IDs would collide (NCCL_COMM_ID)")
+
 // Exchanger distributes IDs over KV. Its methods are collective: every rank of the job calls
 // them in the same order. It is safe for concurrent use, but concurrent collectives would be
 // ordered differently on different ranks, so callers serialise them.
@@ -102,9 +108,13 @@ type Exchanger struct {
 	NewID   Generator
 	Mode    Mode
 	Timeout time.Duration // for each Get and Fence; <= 0 means wait forever
+	// Getenv reads this process's environment (nil: os.Getenv); a root looks at NCCL_COMM_ID
+	// before it creates an ID that is not the world ID.
+	Getenv func(string) string
 
-	mu  sync.Mutex
-	seq uint64
+	mu   sync.Mutex
+	seq  uint64
+	made map[ID]bool // every ID this process created: a repeat means NCCL_COMM_ID is in force
 }
 
 // next returns the sequence number of the next collective.
@@ -115,9 +125,9 @@ func (e *Exchanger) next() uint64 {
 	return e.seq
 }
 
-// World returns one ID created by rank 0.
+// World returns one ID created by rank 0. It is the one ID that NCCL_COMM_ID allows.
 func (e *Exchanger) World() (ID, error) {
-	ids, err := e.exchange(e.next(), e.KV.Info().Rank == 0, []int{0})
+	ids, err := e.exchange(e.next(), e.KV.Info().Rank == 0, []int{0}, false)
 	if err != nil {
 		return ID{}, err
 	}
@@ -139,7 +149,7 @@ func (e *Exchanger) Scalable(n int) ([]ID, error) {
 	for _, r := range roots {
 		isRoot = isRoot || r == in.Rank
 	}
-	return e.exchange(e.next(), isRoot, roots)
+	return e.exchange(e.next(), isRoot, roots, true)
 }
 
 // Group is a sub-communicator's view from one rank.
@@ -185,7 +195,7 @@ func (e *Exchanger) Group(color int) (Group, error) {
 	if g.Rank < 0 {
 		return Group{}, fmt.Errorf("ncclid: rank %d is not among its group's members %v", in.Rank, members)
 	}
-	ids, err := e.exchange(seq, g.Rank == 0, []int{g.Root})
+	ids, err := e.exchange(seq, g.Rank == 0, []int{g.Root}, true)
 	if err != nil {
 		return Group{}, err
 	}
@@ -228,19 +238,50 @@ func (e *Exchanger) colorMembers(seq uint64, color int) ([]int, error) {
 	return members, nil
 }
 
-// exchange: if isRoot, create an ID and publish it (or the failure) under this collective's
-// key; then read the ID of every rank in roots.
-func (e *Exchanger) exchange(seq uint64, isRoot bool, roots []int) ([]ID, error) {
+// create makes this root's ID. distinct says the ID must differ from the world ID and from
+// every other (scalable and group IDs): refused while NCCL_COMM_ID is set. Any ID that repeats
+// one this process made before is refused too (NCCL_COMM_ID may come from nccl.conf, out of
+// sight of the environment).
+func (e *Exchanger) create(distinct bool) (ID, error) {
+	getenv := e.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if v := getenv("NCCL_COMM_ID"); distinct && v != "" {
+		return ID{}, fmt.Errorf("ncclid: NCCL_COMM_ID=%q is set, so ncclGetUniqueId returns that one address "+
+			"for every ID and the scalable and group IDs would all be the same; unset NCCL_COMM_ID "+
+			"(it serves one communicator only): %w", v, ErrCommID)
+	}
+	if e.NewID == nil {
+		return ID{}, errors.New("ncclid: no ID generator configured")
+	}
+	id, err := e.NewID()
+	if err != nil {
+		return ID{}, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.made[id] {
+		return ID{}, fmt.Errorf("ncclid: ncclGetUniqueId returned an ID it had returned before (%v...): "+
+			"NCCL_COMM_ID is in force (environment or nccl.conf), which makes every ID the same; "+
+			"unset it to create more than one ID: %w", id, ErrCommID)
+	}
+	if e.made == nil {
+		e.made = map[ID]bool{}
+	}
+	e.made[id] = true
+	return id, nil
+}
+
+// exchange: if isRoot, create an ID (distinct: see create) and publish it (or the failure)
+// under this collective's key; then read the ID of every rank in roots.
+func (e *Exchanger) exchange(seq uint64, isRoot bool, roots []int, distinct bool) ([]ID, error) {
 	in := e.KV.Info()
 	key := fmt.Sprintf("gpubind.ncclid.%d", seq)
 	var own ID
 	var ownErr error
 	if isRoot {
-		if e.NewID == nil {
-			ownErr = errors.New("ncclid: no ID generator configured")
-		} else {
-			own, ownErr = e.NewID()
-		}
+		own, ownErr = e.create(distinct)
 		// Publish the failure too, so the other ranks fail at once instead of timing out.
 		val := append([]byte{1}, own[:]...)
 		if ownErr != nil {

@@ -233,6 +233,63 @@ func TestRootFailureReachesOthers(t *testing.T) {
 	}
 }
 
+// TestCommIDRefused: with NCCL_COMM_ID set, every ncclGetUniqueId returns the same bytes, so
+// scalable and group IDs would collide; the roots refuse them and every rank hears why. The world
+// ID alone is fine.
+func TestCommIDRefused(t *testing.T) {
+	const size = 4
+	job, err := pmixkv.NewMemJob(size, func(r int) int { return r / 2 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([][3]error, size)
+	for r := 0; r < size; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			e := &Exchanger{KV: job.Rank(r), Timeout: time.Minute,
+				Getenv: func(k string) string {
+					if k == "NCCL_COMM_ID" {
+						return "10.1.2.3:29500"
+					}
+					return ""
+				},
+				NewID: func() (ID, error) { var id ID; copy(id[:], "10.1.2.3:29500"); return id, nil }}
+			_, errs[r][0] = e.World()
+			_, errs[r][1] = e.Scalable(2)
+			_, errs[r][2] = e.Group(NodeColor)
+		}(r)
+	}
+	wg.Wait()
+	for r, e := range errs {
+		if e[0] != nil {
+			t.Errorf("rank %d: world ID refused: %v", r, e[0])
+		}
+		for i, what := range []string{"scalable", "node group"} {
+			err := e[i+1]
+			if err == nil || !strings.Contains(err.Error(), `NCCL_COMM_ID="10.1.2.3:29500"`) {
+				t.Errorf("rank %d: %s IDs: %v, want a refusal naming NCCL_COMM_ID", r, what, err)
+			}
+		}
+	}
+}
+
+// TestRepeatedIDRefused: NCCL_COMM_ID from nccl.conf is out of the environment's sight; an ID
+// that repeats one the process made before gives it away.
+func TestRepeatedIDRefused(t *testing.T) {
+	job, _ := pmixkv.NewMemJob(1, nil)
+	e := &Exchanger{KV: job.Rank(0), Getenv: func(string) string { return "" },
+		NewID: func() (ID, error) { return ID{1, 2, 3}, nil }}
+	if _, err := e.World(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.Group(NodeColor)
+	if !errors.Is(err, ErrCommID) || !strings.Contains(err.Error(), "NCCL_COMM_ID") {
+		t.Fatalf("repeated ID: %v, want ErrCommID naming NCCL_COMM_ID", err)
+	}
+}
+
 func TestDeadRootTimesOut(t *testing.T) {
 	job, _ := pmixkv.NewMemJob(2, nil)
 	e := &Exchanger{KV: job.Rank(1), Timeout: 50 * time.Millisecond}

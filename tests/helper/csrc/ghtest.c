@@ -13,6 +13,8 @@
  *               scalable and group IDs fail with GPUHELPER_ENCCL; prints the reason
  *   lateid      (1.1) no NCCL at init; then gpuhelper_set_nccl_get_unique_id and gpuhelper_nccl_id
  *               create the world ID
+ *   commid      (run with NCCL_COMM_ID set) init gets the world ID; scalable and group IDs are
+ *               refused with GPUHELPER_ENCCL and a message naming NCCL_COMM_ID
  *   bigstruct   init with this header's struct writes nothing past it; built against the current
  *               header, also init and group_id with larger structs (a newer caller): the
  *               library fills what it knows and leaves the rest alone
@@ -411,6 +413,28 @@ static int mode_lateid(void)
 }
 #endif
 
+static int mode_commid(void)
+{
+    gpuhelper_info_t info;
+    unsigned char ids[2 * GPUHELPER_NCCL_ID_BYTES];
+    gpuhelper_group_t g = {.struct_size = sizeof(g)};
+    char why[2][1024];
+    int rc = init(&info);
+    if (rc != 0)
+        return fail("init with NCCL_COMM_ID", rc);
+    int n = info.size > 1 ? 2 : 1;
+    if ((rc = gpuhelper_scalable_ids(n, ids, sizeof(ids))) != GPUHELPER_ENCCL ||
+        strstr(gpuhelper_last_error(), "NCCL_COMM_ID") == NULL)
+        return fail("scalable_ids with NCCL_COMM_ID", rc);
+    snprintf(why[0], sizeof(why[0]), "%s", gpuhelper_last_error());
+    if ((rc = gpuhelper_group_id(info.rank % 2, &g)) != GPUHELPER_ENCCL ||
+        strstr(gpuhelper_last_error(), "NCCL_COMM_ID") == NULL)
+        return fail("group_id with NCCL_COMM_ID", rc);
+    snprintf(why[1], sizeof(why[1]), "%s", gpuhelper_last_error());
+    printf("OK %d commid | %s | %s\n", info.rank, why[0], why[1]);
+    return finalize();
+}
+
 static int mode_bigstruct(void)
 {
     /* The caller's own struct, followed by other data: init must not touch the data. */
@@ -496,6 +520,8 @@ int main(int argc, char **argv)
         return mode_badargs();
     if (strcmp(m, "bigstruct") == 0)
         return mode_bigstruct();
+    if (strcmp(m, "commid") == 0)
+        return mode_commid();
 #if GPUHELPER_VERSION_MINOR >= 1
     if (strcmp(m, "noid") == 0)
         return mode_noid();
