@@ -7,6 +7,7 @@
  * ncclGetUniqueId. No MPI is needed, and no NCCL either for the rank and GPU facts: without
  * NCCL, gpuhelper_init still succeeds and only the NCCL ID is missing (see flags).
  *
+ *     gpuhelper_set_nccl_get_unique_id((gpuhelper_nccl_get_unique_id_fn)ncclGetUniqueId);
  *     gpuhelper_info_t info = { .struct_size = sizeof(info) };
  *     int rc = gpuhelper_init(&info);
  *     if (rc != 0) {
@@ -123,6 +124,22 @@ int gpuhelper_finalize(void);
  */
 int gpuhelper_nccl_id(void *id);
 
+/*
+ * gpuhelper_nccl_origin says which NCCL made the world NCCL ID on rank 0: *version gets its
+ * ncclGetVersion() (22803 for 2.28.3; 0 if unknown, e.g. a statically linked NCCL that exports
+ * no ncclGetVersion), and library the path of the loaded file that holds the ncclGetUniqueId
+ * rank 0 used ("" if unknown), NUL-terminated in library_bytes bytes (GPUHELPER_EINVAL if it
+ * does not fit). Either pointer may be NULL. Local. Needs the world ID (GPUHELPER_ENCCL without
+ * one). Since 1.1.
+ *
+ * Rank 0 publishes its NCCL version with every ID it makes (so do the roots of scalable and
+ * group IDs); a rank whose own NCCL (gpuhelper_set_nccl_get_unique_id's, or one already in the
+ * process: nothing is loaded to find out) reports another version refuses the ID with
+ * GPUHELPER_ENCCL naming both, instead of hanging in ncclCommInitRank. That includes
+ * gpuhelper_init, where such a rank fails while the others succeed.
+ */
+int gpuhelper_nccl_origin(int *version, char *library, size_t library_bytes);
+
 /* gpuhelper_strerror names a return code ("GPUHELPER_ETIMEOUT: ..."). Never NULL. Plain C: safe
  * in a forked child. */
 const char *gpuhelper_strerror(int err);
@@ -140,10 +157,14 @@ const char *gpuhelper_version(void);
  * argument is an ncclUniqueId *). */
 typedef int (*gpuhelper_nccl_get_unique_id_fn)(void *unique_id);
 
-/* gpuhelper_set_nccl_get_unique_id makes the library create IDs with fn, e.g.
- * (gpuhelper_nccl_get_unique_id_fn)ncclGetUniqueId, instead of looking the symbol up. NULL
- * restores the lookup. Applies to IDs created afterwards; call it before gpuhelper_init to
- * cover the world ID. */
+/* gpuhelper_set_nccl_get_unique_id makes the library create IDs with fn: the recommended way,
+ * call it before gpuhelper_init, on every rank:
+ *     gpuhelper_set_nccl_get_unique_id((gpuhelper_nccl_get_unique_id_fn)ncclGetUniqueId);
+ * Then the IDs come from the very NCCL the program calls. Without it the library looks
+ * ncclGetUniqueId up in the process (dlsym RTLD_DEFAULT: this cannot see an NCCL linked
+ * statically into the program) and else dlopens GPUHELPER_NCCL_LIBRARY (RTLD_LOCAL), which may
+ * be another NCCL than the program's. NULL restores the lookup. Applies to IDs created
+ * afterwards. Local. */
 int gpuhelper_set_nccl_get_unique_id(gpuhelper_nccl_get_unique_id_fn fn);
 
 /* gpuhelper_scalable_count returns the number of IDs to use with ncclCommInitRankScalable:

@@ -75,7 +75,7 @@ func code(err error) int {
 		return C.GPUHELPER_ENOSERVER
 	case errors.Is(err, pmixkv.ErrTimeout):
 		return C.GPUHELPER_ETIMEOUT
-	case isNCCL(err):
+	case isNCCL(err), errors.Is(err, ncclid.ErrVersion):
 		return C.GPUHELPER_ENCCL
 	}
 	return C.GPUHELPER_EPMIX
@@ -129,25 +129,46 @@ var state struct {
 	gpu    gpusel.Choice
 	id     ncclid.ID
 	idErr  error          // why there is no world ID (id is zero), nil when there is one
+	origin ncclid.Origin  // the NCCL that made id on rank 0
 	userFn unsafe.Pointer // from gpuhelper_set_nccl_get_unique_id
-	libs   map[string]ncclid.Generator
+	libs   map[string]*ncclid.Library
+}
+
+// library returns the Library for a GPUHELPER_NCCL_LIBRARY value, one per value.
+func library(name string) *ncclid.Library {
+	if state.libs == nil {
+		state.libs = map[string]*ncclid.Library{}
+	}
+	if state.libs[name] == nil {
+		state.libs[name] = ncclid.Lib(name)
+	}
+	return state.libs[name]
+}
+
+// localOrigin describes the NCCL this process would make IDs with, loading nothing: the
+// caller's function, else what the Library resolved, else the process's own symbol.
+func localOrigin(name string) func() ncclid.Origin {
+	return func() ncclid.Origin {
+		fn := state.userFn
+		if fn == nil {
+			fn = library(name).Resolved()
+		}
+		if fn == nil {
+			fn = ncclid.InProcess()
+		}
+		return ncclid.Describe(fn)
+	}
 }
 
 // newID is the Exchanger's generator: the caller's function, else the process's own symbol or
 // the configured library.
-func newID(library string) ncclid.Generator {
+func newID(name string) ncclid.Generator {
 	return func() (ncclid.ID, error) {
 		var gen ncclid.Generator
 		if state.userFn != nil {
 			gen = ncclid.Func(state.userFn)
 		} else {
-			if state.libs == nil {
-				state.libs = map[string]ncclid.Generator{}
-			}
-			if state.libs[library] == nil {
-				state.libs[library] = ncclid.Lib(library)
-			}
-			gen = state.libs[library]
+			gen = library(name).NewID
 		}
 		id, err := gen()
 		if err != nil {
@@ -179,17 +200,20 @@ func initLocked() error {
 		state.ex = &ncclid.Exchanger{}
 	}
 	state.ex.KV, state.ex.Mode, state.ex.Timeout, state.ex.NewID = kv, cfg.mode, cfg.timeout, newID(cfg.library)
-	state.ex.Getenv = getenv
+	state.ex.Getenv, state.ex.Local = getenv, localOrigin(cfg.library)
 	// The world ID is made here, so that programs that read info.nccl_id after init (every 1.0
 	// program) keep working. Failing to make it is not fatal: every rank learns of it from the
 	// root in the same exchange, so all agree that there is no ID, and gpuhelper_nccl_id can try
 	// again later. Other failures (timeout, PMIx) are.
-	id, idErr := state.ex.World()
+	// A rank whose NCCL version differs from rank 0's fails here (ncclid.ErrVersion): it
+	// could not use the ID.
+	id, origin, idErr := state.ex.WorldOrigin()
 	if idErr != nil && !isNCCL(idErr) {
 		kv.Close()
 		return idErr
 	}
 	state.kv, state.cfg, state.info, state.gpu, state.id, state.idErr = kv, cfg, info, gpu, id, idErr
+	state.origin = origin
 	return nil
 }
 
@@ -272,16 +296,41 @@ func ghGoNcclID(out *C.uchar, buf *C.char, n C.size_t) (rc C.int) {
 	}
 	if state.idErr != nil {
 		// Every rank saw the same failure at init, so every rank is here: a new collective.
-		id, err := state.ex.World()
+		id, origin, err := state.ex.WorldOrigin()
 		if err != nil {
 			if isNCCL(err) {
 				state.idErr = err
 			}
 			return report(fmt.Errorf("gpuhelper_nccl_id: no world NCCL ID: %w", err), buf, n)
 		}
-		state.id, state.idErr = id, nil
+		state.id, state.origin, state.idErr = id, origin, nil
 	}
 	copy(unsafe.Slice((*byte)(unsafe.Pointer(out)), ncclid.Bytes), state.id[:])
+	return 0
+}
+
+//export ghGoNcclOrigin
+func ghGoNcclOrigin(version *C.int, lib *C.char, libBytes C.size_t, buf *C.char, n C.size_t) (rc C.int) {
+	defer guard(&rc, buf, n)
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	if err := needInit(); err != nil {
+		return report(err, buf, n)
+	}
+	if state.idErr != nil {
+		return report(fmt.Errorf("gpuhelper_nccl_origin: there is no world NCCL ID: %w", state.idErr), buf, n)
+	}
+	o := state.origin
+	if lib != nil {
+		if uint64(libBytes) < uint64(len(o.Library))+1 {
+			return report(withCode(C.GPUHELPER_EINVAL, fmt.Errorf("gpuhelper_nccl_origin: library_bytes %d, "+
+				"expected at least %d for %q and its NUL", libBytes, len(o.Library)+1, o.Library)), buf, n)
+		}
+		setCString(unsafe.Slice(lib, int(libBytes)), o.Library)
+	}
+	if version != nil {
+		*version = C.int(o.Version)
+	}
 	return 0
 }
 

@@ -142,6 +142,15 @@ GH_EXPORT int gpuhelper_nccl_id(void *id)
     return ghGoNcclID(id, gh_err, sizeof(gh_err));
 }
 
+GH_EXPORT int gpuhelper_nccl_origin(int *version, char *library, size_t library_bytes)
+{
+    if (gh_forked())
+        return GPUHELPER_EFORK;
+    if (library != NULL && library_bytes == 0)
+        return gh_fail(GPUHELPER_EINVAL, "gpuhelper_nccl_origin: library_bytes is 0, expected the size of library");
+    return ghGoNcclOrigin(version, library, library_bytes, gh_err, sizeof(gh_err));
+}
+
 GH_EXPORT int gpuhelper_set_nccl_get_unique_id(gpuhelper_nccl_get_unique_id_fn fn)
 {
     void *p = NULL;

@@ -305,20 +305,25 @@ func TestLibWithStub(t *testing.T) {
 	if err != nil {
 		t.Skip(err) // no C compiler
 	}
-	// Before the stub is loaded, the process has no ncclGetUniqueId and a bad path must fail.
-	// (After the dlopen below, RTLD_GLOBAL makes the stub's symbol the process's own.)
-	if _, err := Lib(filepath.Join(dir, "nope.so"))(); err == nil || !strings.Contains(err.Error(), "nope.so") {
+	if InProcess() != nil {
+		t.Fatal("the test process has an ncclGetUniqueId of its own")
+	}
+	if _, err := Lib(filepath.Join(dir, "nope.so")).NewID(); err == nil || !strings.Contains(err.Error(), "nope.so") {
 		t.Errorf("missing library: %v", err)
 	}
 	logf := filepath.Join(dir, "calls")
 	t.Setenv("STUBNCCL_LOG", logf)
 	t.Setenv("PMIX_RANK", "7")
-	gen := Lib(lib)
-	a, err := gen()
+	t.Setenv("STUBNCCL_VERSION", "22803")
+	l := Lib(lib)
+	if l.Resolved() != nil {
+		t.Fatal("resolved before first use")
+	}
+	a, err := l.NewID()
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := gen()
+	b, err := l.NewID()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,8 +338,70 @@ func TestLibWithStub(t *testing.T) {
 	if !bytes.Equal(data, []byte(want)) {
 		t.Errorf("log %q, want %q", data, want)
 	}
+	// dlopen'ed RTLD_LOCAL: the stub's symbols did not become the process's.
+	if InProcess() != nil {
+		t.Error("after the dlopen, ncclGetUniqueId is visible process-wide (RTLD_GLOBAL?)")
+	}
+	if o := Describe(l.Resolved()); o.Library != lib || o.Version != 22803 || o.String() != "NCCL 2.28.3 (22803) in "+lib {
+		t.Errorf("Describe = %+v (%v), want %s version 22803", o, o, lib)
+	}
 	t.Setenv("STUBNCCL_FAIL", "3")
-	if _, err := gen(); err == nil || !strings.Contains(err.Error(), "ncclResult_t 3") {
+	if _, err := l.NewID(); err == nil || !strings.Contains(err.Error(), "ncclResult_t 3") {
 		t.Errorf("failing ncclGetUniqueId: %v", err)
+	}
+}
+
+func TestVersionString(t *testing.T) {
+	for v, want := range map[int]string{22803: "2.28.3", 21805: "2.18.5", 2804: "2.8.4", 0: "unknown"} {
+		if got := VersionString(v); got != want {
+			t.Errorf("VersionString(%d) = %s, want %s", v, got, want)
+		}
+	}
+}
+
+// TestVersionMismatch: a root publishes its NCCL version with the ID; a rank with another
+// version refuses the ID naming both, a rank with the same or an unknown one takes it.
+func TestVersionMismatch(t *testing.T) {
+	job, _ := pmixkv.NewMemJob(4, nil)
+	versions := []int{22803, 22803, 21805, 0}
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	origins := make([]Origin, 4)
+	for r := 0; r < 4; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			e := &Exchanger{KV: job.Rank(r), Timeout: time.Minute,
+				NewID: func() (ID, error) { return ID{byte(r + 1)}, nil },
+				Local: func() Origin { return Origin{Library: fmt.Sprintf("/nccl%d/libnccl.so.2", r), Version: versions[r]} }}
+			_, origins[r], errs[r] = e.WorldOrigin()
+		}(r)
+	}
+	wg.Wait()
+	for _, r := range []int{0, 1, 3} {
+		if errs[r] != nil || origins[r] != (Origin{Library: "/nccl0/libnccl.so.2", Version: 22803}) {
+			t.Errorf("rank %d: %v, origin %+v", r, errs[r], origins[r])
+		}
+	}
+	if err := errs[2]; !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "NCCL 2.28.3 (22803) in /nccl0/libnccl.so.2") ||
+		!strings.Contains(err.Error(), "rank 2 has NCCL 2.18.5 (21805) in /nccl2/libnccl.so.2") {
+		t.Errorf("rank 2: %v, want ErrVersion naming both", err)
+	}
+}
+
+// TestReadsVersion1Value: a root running libgpuhelper 1.0 publishes the ID alone.
+func TestReadsVersion1Value(t *testing.T) {
+	job, _ := pmixkv.NewMemJob(2, nil)
+	id := ID{9, 8, 7}
+	if err := job.Rank(0).Put("gpubind.ncclid.1", append([]byte{1}, id[:]...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Rank(0).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	e := &Exchanger{KV: job.Rank(1), Timeout: time.Minute, Local: func() Origin { return Origin{Version: 22803} }}
+	got, o, err := e.WorldOrigin()
+	if err != nil || got != id || o != (Origin{}) {
+		t.Fatalf("got %v %+v %v", got, o, err)
 	}
 }

@@ -87,13 +87,13 @@ func TestLibraryFile(t *testing.T) {
 		n++
 	}
 	// 1.0 binaries ask for gpuhelper_*@GPUHELPER_1.0: those must stay there; new calls get 1.1.
-	for _, sym := range []string{"gpuhelper_init@@GPUHELPER_1.0", "gpuhelper_group_id@@GPUHELPER_1.0", "gpuhelper_nccl_id@@GPUHELPER_1.1"} {
+	for _, sym := range []string{"gpuhelper_init@@GPUHELPER_1.0", "gpuhelper_group_id@@GPUHELPER_1.0", "gpuhelper_nccl_id@@GPUHELPER_1.1", "gpuhelper_nccl_origin@@GPUHELPER_1.1"} {
 		if !regexp.MustCompile(`(?m) ` + regexp.QuoteMeta(sym) + `$`).Match(out) {
 			t.Errorf("%s is not exported:\n%s", sym, out)
 		}
 	}
-	if n != 12 {
-		t.Errorf("%d dynamic symbols, want 10 functions and the 2 version nodes:\n%s", n, out)
+	if n != 13 {
+		t.Errorf("%d dynamic symbols, want 11 functions and the 2 version nodes:\n%s", n, out)
 	}
 	// The header's version macros and the library's version agree.
 	h, _ := os.ReadFile(filepath.Join(repoRoot, "lib/gpuhelper.h"))
@@ -173,6 +173,14 @@ func TestSingleton(t *testing.T) {
 			checkOK(t, out, 1, c.args[0], c.want)
 		})
 	}
+	// ghtest_dl dlopens the stub: RTLD_LOCAL keeps its symbols out of the process's scope.
+	t.Run("dlopen scope", func(t *testing.T) {
+		out, err := launch(t, cleanEnv(os.Environ(), stub), time.Minute, bin("ghtest_dl"), "dlscope")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOK(t, out, 1, "dlscope", "dlscope")
+	})
 	// ghtest_dl has no ncclGetUniqueId of its own, and the library it would dlopen is missing.
 	for _, mode := range []string{"noid", "lateid"} {
 		t.Run("no NCCL at all/"+mode, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -106,5 +107,44 @@ func checkOK(t *testing.T, out string, n int, mode, want string) {
 	}
 	if t.Failed() {
 		t.Logf("output:\n%s", out)
+	}
+}
+
+// TestNCCLOrigin: every rank learns which NCCL made the world ID on rank 0, found in the
+// process (ghtest links the stub) or dlopen'ed (ghtest_dl).
+func TestNCCLOrigin(t *testing.T) {
+	needSetup(t)
+	for _, prog := range []string{"ghtest", "ghtest_dl"} {
+		t.Run(prog, func(t *testing.T) {
+			out, err := mpirun(t, []string{"STUBNCCL_VERSION=22803", "GPUHELPER_NCCL_LIBRARY=" + stubLib}, 3, bin(prog), "origin")
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkOK(t, out, 3, "origin", "origin 22803 "+stubLib)
+		})
+	}
+}
+
+// TestNCCLVersionMismatch: rank 0 has NCCL 2.28.3, ranks 1 and 2 have 2.18.5. They must fail
+// with both versions named instead of hanging later in ncclCommInitRank. (MPMD: each app
+// context gets its own STUBNCCL_VERSION.)
+func TestNCCLVersionMismatch(t *testing.T) {
+	needSetup(t)
+	if _, err := exec.LookPath("mpirun"); err != nil {
+		t.Skip("mpirun (Open MPI) not installed")
+	}
+	env := cleanEnv(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "GPUHELPER_TIMEOUT=3")
+	out, err := launch(t, env, 3*time.Minute, "mpirun", "--oversubscribe",
+		"-n", "1", "env", "STUBNCCL_VERSION=22803", bin("ghtest"), "vers", ":",
+		"-n", "2", "env", "STUBNCCL_VERSION=21805", bin("ghtest"), "vers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOK(t, out, 1, "vers", "vers same")
+	for _, r := range []string{"1", "2"} {
+		want := regexp.MustCompile(`(?m)^OK ` + r + ` vers \| .*root rank 0 made the NCCL ID with NCCL 2\.28\.3 \(22803\) in .*libnccl\.so\.2, but rank ` + r + ` has NCCL 2\.18\.5 \(21805\) in .*libnccl\.so\.2`)
+		if !want.MatchString(out) {
+			t.Errorf("rank %s did not refuse the ID naming both versions:\n%s", r, out)
+		}
 	}
 }

@@ -15,11 +15,16 @@
  *               create the world ID
  *   commid      (run with NCCL_COMM_ID set) init gets the world ID; scalable and group IDs are
  *               refused with GPUHELPER_ENCCL and a message naming NCCL_COMM_ID
+ *   origin      (1.1) gpuhelper_nccl_origin: prints rank 0's NCCL version and library
+ *   vers        init; OK with "same" on success, OK with the message on GPUHELPER_ENCCL (an NCCL
+ *               version mismatch); a failing finalize is fine (the others have left)
+ *   dlscope     init, then ncclGetUniqueId must not be visible process-wide (dlsym RTLD_DEFAULT)
  *   bigstruct   init with this header's struct writes nothing past it; built against the current
  *               header, also init and group_id with larger structs (a newer caller): the
  *               library fills what it knows and leaves the rest alone
  * Lines start with a tag (INFO, SCAL, NODE, COLOR, TIME, OK, FAIL) and the rank. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -435,6 +440,53 @@ static int mode_commid(void)
     return finalize();
 }
 
+#if GPUHELPER_VERSION_MINOR >= 1
+static int mode_origin(void)
+{
+    gpuhelper_info_t info;
+    char lib[4096], tiny[2];
+    int v = -1, rc = init(&info);
+    if (rc != 0)
+        return fail("init", rc);
+    if ((rc = gpuhelper_nccl_origin(&v, lib, sizeof(lib))) != 0)
+        return fail("gpuhelper_nccl_origin", rc);
+    if (lib[0] != '\0' && ((rc = gpuhelper_nccl_origin(NULL, tiny, sizeof(tiny))) != GPUHELPER_EINVAL ||
+                           strstr(gpuhelper_last_error(), "library_bytes 2") == NULL))
+        return fail("gpuhelper_nccl_origin with a 2-byte buffer", rc);
+    printf("OK %d origin %d %s\n", info.rank, v, lib[0] ? lib : "-");
+    return finalize();
+}
+#endif
+
+static int mode_vers(void)
+{
+    gpuhelper_info_t info;
+    int rc = init(&info);
+    if (rc == GPUHELPER_ENCCL) {
+        printf("OK %d vers | %s\n", env_rank(), gpuhelper_last_error());
+        return 0;
+    }
+    if (rc != 0)
+        return fail("init", rc);
+    printf("OK %d vers same\n", info.rank);
+    /* The ranks that refused the ID have left: the finalize barrier may time out, or the
+     * server may answer that the others are gone (Open MPI: PARTIAL SUCCESS, GPUHELPER_EPMIX). */
+    rc = gpuhelper_finalize();
+    return rc == 0 || rc == GPUHELPER_ETIMEOUT || rc == GPUHELPER_EPMIX ? 0 : fail("finalize", rc);
+}
+
+static int mode_dlscope(void)
+{
+    gpuhelper_info_t info;
+    int rc = init(&info);
+    if (rc != 0)
+        return fail("init", rc);
+    if (dlsym(RTLD_DEFAULT, "ncclGetUniqueId") != NULL)
+        return fail("the library's dlopen of NCCL made ncclGetUniqueId visible process-wide", GPUHELPER_EINTERNAL);
+    printf("OK %d dlscope\n", info.rank);
+    return finalize();
+}
+
 static int mode_bigstruct(void)
 {
     /* The caller's own struct, followed by other data: init must not touch the data. */
@@ -522,11 +574,17 @@ int main(int argc, char **argv)
         return mode_bigstruct();
     if (strcmp(m, "commid") == 0)
         return mode_commid();
+    if (strcmp(m, "vers") == 0)
+        return mode_vers();
+    if (strcmp(m, "dlscope") == 0)
+        return mode_dlscope();
 #if GPUHELPER_VERSION_MINOR >= 1
     if (strcmp(m, "noid") == 0)
         return mode_noid();
     if (strcmp(m, "lateid") == 0)
         return mode_lateid();
+    if (strcmp(m, "origin") == 0)
+        return mode_origin();
 #endif
     fprintf(stderr, "gpubind: ghtest: unknown mode %s\n", m);
     return 2;

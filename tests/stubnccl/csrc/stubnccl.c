@@ -3,7 +3,8 @@
  * launcher's variables, -1 if none), so tests can check which process made each ID.
  * STUBNCCL_FAIL=N makes it return N instead (a failing root). NCCL_COMM_ID=ADDR makes every ID
  * the same bytes (ADDR, zero-padded), as real NCCL does: it then puts that fixed address in the
- * ID instead of a fresh listener's. Build:
+ * ID instead of a fresh listener's. ncclGetVersion reports STUBNCCL_VERSION (default 21805,
+ * NCCL 2.18.5). Build:
  *   cc -shared -fPIC -Wl,-soname,libnccl.so.2 -o libnccl.so.2 stubnccl.c */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -81,5 +82,14 @@ __attribute__((visibility("default"))) int ncclGetUniqueId(void *id)
             return 2;
         }
     }
+    return 0;
+}
+
+__attribute__((visibility("default"))) int ncclGetVersion(int *version)
+{
+    const char *v = getenv("STUBNCCL_VERSION");
+    if (version == NULL)
+        return 4; /* ncclInvalidArgument */
+    *version = v != NULL && *v != '\0' ? atoi(v) : 21805;
     return 0;
 }
