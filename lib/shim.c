@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,12 +59,64 @@ static size_t gh_min(size_t a, size_t b) { return a < b ? a : b; }
 /* Runs when the library is loaded, as does the Go runtime: that pid owns the Go threads. */
 __attribute__((constructor)) static void gh_record_pid(void) { gh_pid = getpid(); }
 
-/* Details of the calling thread's last failure. */
-static __thread char gh_err[1024];
+/* Details of the calling thread's last failure: a heap buffer of GH_ERR_BYTES, made on the
+ * thread's first call into the library and freed when the thread exits. Only a pointer lives in TLS: a library
+ * that is dlopen'ed (by Python, by a plugin host) must keep its static TLS small, since glibc
+ * has only a small surplus of it for libraries loaded after start ("cannot allocate memory in
+ * static TLS block"). */
+#define GH_ERR_BYTES 1024
+static __thread char *gh_err;
+static __thread int gh_err_nomem; /* a failure found no memory for its message */
+static pthread_key_t gh_err_key;  /* only to free the buffer at thread exit */
+static pthread_once_t gh_err_once = PTHREAD_ONCE_INIT;
+static int gh_err_key_ok;
+
+static void gh_err_free(void *p)
+{
+    if (gh_err == p)
+        gh_err = NULL;
+    free(p);
+}
+
+static void gh_err_make_key(void) { gh_err_key_ok = pthread_key_create(&gh_err_key, gh_err_free) == 0; }
+
+/* gh_errbuf returns the calling thread's buffer, made on first use; NULL without memory. */
+static char *gh_errbuf(void)
+{
+    char *b;
+    if (gh_err != NULL)
+        return gh_err;
+    b = calloc(1, GH_ERR_BYTES);
+    if (b == NULL) {
+        gh_err_nomem = 1;
+        return NULL;
+    }
+    /* Without the key the buffer is not freed at thread exit: a leak, but the message works. */
+    if (pthread_once(&gh_err_once, gh_err_make_key) == 0 && gh_err_key_ok)
+        (void)pthread_setspecific(gh_err_key, b);
+    gh_err = b;
+    gh_err_nomem = 0;
+    return b;
+}
+
+/* The buffer and its size for the Go side, which writes its messages there (size 0: none). */
+static size_t gh_errlen(void) { return gh_errbuf() != NULL ? GH_ERR_BYTES : 0; }
+#define GH_ERR gh_errbuf(), gh_errlen()
+
+__attribute__((format(printf, 1, 2))) static void gh_errf(const char *fmt, ...)
+{
+    char *b = gh_errbuf();
+    va_list ap;
+    if (b == NULL)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(b, GH_ERR_BYTES, fmt, ap);
+    va_end(ap);
+}
 
 static int gh_fail(int rc, const char *msg)
 {
-    snprintf(gh_err, sizeof(gh_err), "gpuhelper: %s", msg);
+    gh_errf("gpuhelper: %s", msg);
     return rc;
 }
 
@@ -71,10 +124,9 @@ static int gh_forked(void)
 {
     if (getpid() == gh_pid)
         return 0;
-    snprintf(gh_err, sizeof(gh_err),
-             "gpuhelper: called in pid %ld, a fork of pid %ld that has not exec'd; the library "
-             "(its Go runtime) cannot run there: call it before fork or after exec",
-             (long)getpid(), (long)gh_pid);
+    gh_errf("gpuhelper: called in pid %ld, a fork of pid %ld that has not exec'd; the library "
+            "(its Go runtime) cannot run there: call it before fork or after exec",
+            (long)getpid(), (long)gh_pid);
     return 1;
 }
 
@@ -106,17 +158,16 @@ GH_EXPORT int gpuhelper_init(gpuhelper_info_t *info)
         return gh_fail(GPUHELPER_EINVAL, "gpuhelper_init: info is NULL");
     size = info->struct_size;
     if (size < GH_INFO_SIZE_1_0) {
-        snprintf(gh_err, sizeof(gh_err),
-                 "gpuhelper: gpuhelper_init: info->struct_size is %zu, expected sizeof(gpuhelper_info_t) "
-                 "(%zu in this library, at least %zu: the 1.0 size)",
-                 size, sizeof(gpuhelper_info_t), GH_INFO_SIZE_1_0);
+        gh_errf("gpuhelper: gpuhelper_init: info->struct_size is %zu, expected sizeof(gpuhelper_info_t) "
+                "(%zu in this library, at least %zu: the 1.0 size)",
+                size, sizeof(gpuhelper_info_t), GH_INFO_SIZE_1_0);
         return GPUHELPER_EINVAL;
     }
     if (pthread_once(&gh_order_once, gh_set_cuda_order) != 0)
         return gh_fail(GPUHELPER_EINTERNAL, "pthread_once failed");
     memset(&tmp, 0, sizeof(tmp));
     /* A 1.0 caller has no flags field to learn that nccl_id is missing: it needs the ID. */
-    rc = ghGoInit(&tmp, size < offsetof(gpuhelper_info_t, flags) + sizeof(tmp.flags), gh_err, sizeof(gh_err));
+    rc = ghGoInit(&tmp, size < offsetof(gpuhelper_info_t, flags) + sizeof(tmp.flags), GH_ERR);
     if (rc != 0)
         return rc;
     /* A caller built against an older header passes a smaller struct, one built against a newer
@@ -130,7 +181,7 @@ GH_EXPORT int gpuhelper_finalize(void)
 {
     if (gh_forked())
         return GPUHELPER_EFORK;
-    return ghGoFinalize(gh_err, sizeof(gh_err));
+    return ghGoFinalize(GH_ERR);
 }
 
 GH_EXPORT int gpuhelper_nccl_id(void *id)
@@ -139,7 +190,7 @@ GH_EXPORT int gpuhelper_nccl_id(void *id)
         return GPUHELPER_EFORK;
     if (id == NULL)
         return gh_fail(GPUHELPER_EINVAL, "gpuhelper_nccl_id: id is NULL");
-    return ghGoNcclID(id, gh_err, sizeof(gh_err));
+    return ghGoNcclID(id, GH_ERR);
 }
 
 GH_EXPORT int gpuhelper_nccl_origin(int *version, char *library, size_t library_bytes)
@@ -148,7 +199,7 @@ GH_EXPORT int gpuhelper_nccl_origin(int *version, char *library, size_t library_
         return GPUHELPER_EFORK;
     if (library != NULL && library_bytes == 0)
         return gh_fail(GPUHELPER_EINVAL, "gpuhelper_nccl_origin: library_bytes is 0, expected the size of library");
-    return ghGoNcclOrigin(version, library, library_bytes, gh_err, sizeof(gh_err));
+    return ghGoNcclOrigin(version, library, library_bytes, GH_ERR);
 }
 
 GH_EXPORT int gpuhelper_set_nccl_get_unique_id(gpuhelper_nccl_get_unique_id_fn fn)
@@ -157,21 +208,21 @@ GH_EXPORT int gpuhelper_set_nccl_get_unique_id(gpuhelper_nccl_get_unique_id_fn f
     if (gh_forked())
         return GPUHELPER_EFORK;
     memcpy(&p, &fn, sizeof(p) < sizeof(fn) ? sizeof(p) : sizeof(fn));
-    return ghGoSetNcclFn(p, gh_err, sizeof(gh_err));
+    return ghGoSetNcclFn(p, GH_ERR);
 }
 
 GH_EXPORT int gpuhelper_scalable_count(void)
 {
     if (gh_forked())
         return GPUHELPER_EFORK;
-    return ghGoScalableCount(gh_err, sizeof(gh_err));
+    return ghGoScalableCount(GH_ERR);
 }
 
 GH_EXPORT int gpuhelper_scalable_ids(int nids, unsigned char *ids, size_t ids_bytes)
 {
     if (gh_forked())
         return GPUHELPER_EFORK;
-    return ghGoScalableIDs(nids, ids, ids_bytes, gh_err, sizeof(gh_err));
+    return ghGoScalableIDs(nids, ids, ids_bytes, GH_ERR);
 }
 
 GH_EXPORT int gpuhelper_group_id(int color, gpuhelper_group_t *group)
@@ -186,14 +237,13 @@ GH_EXPORT int gpuhelper_group_id(int color, gpuhelper_group_t *group)
         return gh_fail(GPUHELPER_EINVAL, "gpuhelper_group_id: group is NULL");
     size = group->struct_size;
     if (size < GH_GROUP_SIZE_1_0) {
-        snprintf(gh_err, sizeof(gh_err),
-                 "gpuhelper: gpuhelper_group_id: group->struct_size is %zu, expected sizeof(gpuhelper_group_t) "
-                 "(%zu in this library, at least %zu: the 1.0 size)",
-                 size, sizeof(gpuhelper_group_t), GH_GROUP_SIZE_1_0);
+        gh_errf("gpuhelper: gpuhelper_group_id: group->struct_size is %zu, expected sizeof(gpuhelper_group_t) "
+                "(%zu in this library, at least %zu: the 1.0 size)",
+                size, sizeof(gpuhelper_group_t), GH_GROUP_SIZE_1_0);
         return GPUHELPER_EINVAL;
     }
     memset(&tmp, 0, sizeof(tmp));
-    rc = ghGoGroupID(color, &tmp, gh_err, sizeof(gh_err));
+    rc = ghGoGroupID(color, &tmp, GH_ERR);
     if (rc != 0)
         return rc;
     memcpy(group, &tmp, gh_min(size, sizeof(tmp)));
@@ -219,7 +269,12 @@ GH_EXPORT const char *gpuhelper_strerror(int err)
     return "GPUHELPER_E?: unknown error code";
 }
 
-GH_EXPORT const char *gpuhelper_last_error(void) { return gh_err; }
+GH_EXPORT const char *gpuhelper_last_error(void)
+{
+    if (gh_err != NULL)
+        return gh_err;
+    return gh_err_nomem ? "gpuhelper: out of memory (no room for the error message)" : "";
+}
 
 GH_EXPORT const char *gpuhelper_version(void)
 {

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +72,22 @@ func TestLibraryFile(t *testing.T) {
 	}
 	if strings.Contains(string(out), "nvidia-ml") {
 		t.Errorf("links NVML:\n%s", out)
+	}
+	// Static TLS: a library dlopen'ed after start (Python, plugin hosts) draws its TLS from
+	// glibc's small static surplus; a large block makes dlopen fail with "cannot allocate
+	// memory in static TLS block". Only pointers may live there (Go's runtime.tlsg is 8 bytes).
+	out, err = exec.Command("readelf", "-lW", so).CombinedOutput()
+	if err != nil {
+		t.Fatalf("readelf -l: %v\n%s", err, out)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 6 && f[0] == "TLS" {
+			size, err := strconv.ParseUint(strings.TrimPrefix(f[5], "0x"), 16, 64)
+			if err != nil || size > 64 {
+				t.Errorf("TLS segment of %s bytes (MemSiz), want at most 64:\n%s", f[5], l)
+			}
+		}
 	}
 	out, err = exec.Command("nm", "-D", "--defined-only", so).CombinedOutput()
 	if err != nil {
