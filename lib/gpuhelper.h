@@ -61,6 +61,7 @@ extern "C" {
 #define GPUHELPER_ENOTINIT (-8)  /* gpuhelper_init has not succeeded (or was finalized) */
 #define GPUHELPER_EENV (-9)      /* a GPUHELPER_* variable is malformed */
 #define GPUHELPER_EINTERNAL (-10) /* internal error (a bug: please report the message) */
+#define GPUHELPER_EFINALIZED (-11) /* gpuhelper_init after PMIx was released (since 1.1) */
 
 /* gpuhelper_info_t.flags: nccl_id holds the world ID (rank 0 created it during gpuhelper_init). */
 #define GPUHELPER_INFO_NCCL_ID 0x1ULL
@@ -110,8 +111,11 @@ int gpuhelper_init(gpuhelper_info_t *info);
 /* gpuhelper_finalize waits (up to GPUHELPER_TIMEOUT) until every rank has called it, then
  * releases PMIx. Collective: a root must not exit while others may still be fetching its IDs
  * (under Slurm they are served from the root's node, which goes away with its last task).
- * Later calls need a new gpuhelper_init (a new NCCL ID). Returns 0 when not initialised; after
- * GPUHELPER_ETIMEOUT the library is finalized all the same. */
+ * Call it once, when the process is done with the library: a PMIx client cannot initialise
+ * twice, so a later gpuhelper_init returns GPUHELPER_EFINALIZED (so it does after an init that
+ * failed once it had reached the PMIx server), and the calls that need init return
+ * GPUHELPER_ENOTINIT. Returns 0 when not initialised; after GPUHELPER_ETIMEOUT the library is
+ * finalized all the same. */
 int gpuhelper_finalize(void);
 
 /*

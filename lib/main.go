@@ -132,6 +132,18 @@ var state struct {
 	origin ncclid.Origin  // the NCCL that made id on rank 0
 	userFn unsafe.Pointer // from gpuhelper_set_nccl_get_unique_id
 	libs   map[string]*ncclid.Library
+	// released says why PMIx was released in this process (gpuhelper_finalize, or an init
+	// that failed after connecting): a PMIx client cannot initialise again (PMIx 4.2 then
+	// answers NOT-FOUND for its own job data), so init refuses from then on.
+	released string
+}
+
+// release closes kv and remembers why: no init after this.
+func release(kv pmixkv.KV, why string) error {
+	if state.released == "" {
+		state.released = why
+	}
+	return kv.Close()
 }
 
 // library returns the Library for a GPUHELPER_NCCL_LIBRARY value, one per value.
@@ -182,6 +194,11 @@ func initLocked() error {
 	if state.kv != nil {
 		return nil
 	}
+	if state.released != "" {
+		return withCode(C.GPUHELPER_EFINALIZED, fmt.Errorf("gpuhelper_init: the library released PMIx in this "+
+			"process (%s), and a PMIx client cannot initialise twice: call gpuhelper_init once, and "+
+			"gpuhelper_finalize only when the process is done with the library", state.released))
+	}
 	cfg, err := readConfig()
 	if err != nil {
 		return err
@@ -193,7 +210,7 @@ func initLocked() error {
 	info := kv.Info()
 	gpu, err := gpusel.Choose(gpusel.Input{LookupEnv: lookupEnv, Root: getenv("GPUHELPER_SYSROOT"), LocalRank: info.LocalRank})
 	if err != nil {
-		kv.Close()
+		release(kv, "gpuhelper_init failed choosing the GPU")
 		return withCode(C.GPUHELPER_EGPU, err)
 	}
 	if state.ex == nil {
@@ -209,7 +226,7 @@ func initLocked() error {
 	// could not use the ID.
 	id, origin, idErr := state.ex.WorldOrigin()
 	if idErr != nil && !isNCCL(idErr) {
-		kv.Close()
+		release(kv, "gpuhelper_init failed getting the NCCL ID")
 		return idErr
 	}
 	state.kv, state.cfg, state.info, state.gpu, state.id, state.idErr = kv, cfg, info, gpu, id, idErr
@@ -276,7 +293,7 @@ func ghGoInit(info *C.gpuhelper_info_t, needID C.int, buf *C.char, n C.size_t) (
 	if needID != 0 && state.idErr != nil {
 		if fresh {
 			// As 1.0 did: a failed init leaves the library uninitialised (PMIx finalized).
-			state.kv.Close()
+			release(state.kv, "gpuhelper_init failed: no NCCL ID for a 1.0 program")
 			state.kv = nil
 		}
 		return report(fmt.Errorf("%w (this program was built against the 1.0 header, where "+
@@ -351,7 +368,7 @@ func ghGoFinalize(buf *C.char, n C.size_t) (rc C.int) {
 	if err != nil {
 		err = fmt.Errorf("gpuhelper_finalize: waiting for the other ranks: %w", err)
 	}
-	if cerr := state.kv.Close(); err == nil {
+	if cerr := release(state.kv, "gpuhelper_finalize was called"); err == nil {
 		err = cerr
 	}
 	state.kv = nil

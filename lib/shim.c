@@ -265,6 +265,7 @@ GH_EXPORT const char *gpuhelper_strerror(int err)
     case GPUHELPER_ENOTINIT: return "GPUHELPER_ENOTINIT: gpuhelper_init has not succeeded";
     case GPUHELPER_EENV: return "GPUHELPER_EENV: a GPUHELPER_* environment variable is malformed";
     case GPUHELPER_EINTERNAL: return "GPUHELPER_EINTERNAL: internal error";
+    case GPUHELPER_EFINALIZED: return "GPUHELPER_EFINALIZED: gpuhelper_init after PMIx was released (gpuhelper_finalize): a process initialises once";
     }
     return "GPUHELPER_E?: unknown error code";
 }

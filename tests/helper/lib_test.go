@@ -173,6 +173,7 @@ func TestSingleton(t *testing.T) {
 		{"twice", nil, []string{"twice"}, "twice"},
 		{"threads", nil, []string{"threads"}, "threads"},
 		{"fork", nil, []string{"fork"}, "fork"},
+		{"init after finalize", nil, []string{"reinit", "-11"}, "released PMIx in this process (gpuhelper_finalize was called)"},
 		{"newer caller's larger structs", nil, []string{"bigstruct"}, "bigstruct"},
 		{"Slurm step of 4 without PMIx", []string{"SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=4"}, []string{"expect", "-2"}, "srun --mpi=pmix"},
 		{"Open MPI env of 2 without PMIx", []string{"OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=0"}, []string{"expect", "-2"}, "launch with `srun --mpi=pmix`"},

@@ -63,6 +63,7 @@ func TestMpirunErrors(t *testing.T) {
 		{"timeout", 3, []string{"GPUHELPER_TIMEOUT=2"}, []string{"late0", "6"}, "GPUHELPER_ETIMEOUT"},
 		{"root's ncclGetUniqueId fails", 3, []string{"STUBNCCL_FAIL=3", "GPUHELPER_TIMEOUT=120"}, []string{"noid"}, "ncclResult_t 3"},
 		{"NCCL_COMM_ID set", 3, []string{"NCCL_COMM_ID=127.0.0.1:29500"}, []string{"commid"}, "NCCL_COMM_ID=\"127.0.0.1:29500\" is set"},
+		{"init after finalize", 2, nil, []string{"reinit", "-11"}, "GPUHELPER_EFINALIZED"},
 		{"second init", 4, nil, []string{"twice"}, "twice"},
 		{"two threads", 4, nil, []string{"threads"}, "threads"},
 		{"fork", 2, nil, []string{"fork"}, "fork"},

@@ -19,6 +19,7 @@
  *   vers        init; OK with "same" on success, OK with the message on GPUHELPER_ENCCL (an NCCL
  *               version mismatch); a failing finalize is fine (the others have left)
  *   dlscope     init, then ncclGetUniqueId must not be visible process-wide (dlsym RTLD_DEFAULT)
+ *   reinit CODE init, finalize, init again: the second init must return CODE
  *   bigstruct   init with this header's struct writes nothing past it; built against the current
  *               header, also init and group_id with larger structs (a newer caller): the
  *               library fills what it knows and leaves the rest alone
@@ -487,6 +488,22 @@ static int mode_dlscope(void)
     return finalize();
 }
 
+static int mode_reinit(int want)
+{
+    gpuhelper_info_t info;
+    int rc = init(&info);
+    if (rc != 0)
+        return fail("first init", rc);
+    if ((rc = gpuhelper_finalize()) != 0)
+        return fail("finalize", rc);
+    rc = init(&info);
+    printf("%s %d reinit rc %d %s | %s\n", rc == want ? "OK" : "FAIL", env_rank(), rc, gpuhelper_strerror(rc),
+           gpuhelper_last_error());
+    if (rc == 0 && finalize() != 0)
+        return 1;
+    return rc == want ? 0 : 1;
+}
+
 static int mode_bigstruct(void)
 {
     /* The caller's own struct, followed by other data: init must not touch the data. */
@@ -572,6 +589,8 @@ int main(int argc, char **argv)
         return mode_badargs();
     if (strcmp(m, "bigstruct") == 0)
         return mode_bigstruct();
+    if (strcmp(m, "reinit") == 0)
+        return mode_reinit(arg);
     if (strcmp(m, "commid") == 0)
         return mode_commid();
     if (strcmp(m, "vers") == 0)
