@@ -72,7 +72,9 @@ typedef struct gpuhelper_info {
     size_t struct_size;            /* caller sets sizeof(gpuhelper_info_t): lets the struct grow */
     int rank, size;                /* global */
     int local_rank, local_size;    /* on this node */
-    int node_id, num_nodes;
+    int node_id, num_nodes;        /* node_id is 0..num_nodes-1: this node's place among the
+                                      job's nodes, in the launcher's order (dense even where the
+                                      launcher numbers nodes sparsely, as Open MPI and PRRTE do) */
     int cuda_device;               /* pass to cudaSetDevice(); -1 if no GPU is visible */
     char pci_bus_id[32];           /* "0000:1b:00.0", or "" if unknown */
     char gpu_uuid[96];             /* "GPU-..." or "MIG-...", or "" */

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/gpubind/gpubind/tests/stubnccl"
@@ -86,6 +87,11 @@ func setup() error {
 		append([]string{"-std=c11", "-o", "ghtest10", here + "/ghtest.c"}, append(gh10, "-Wl,--no-as-needed", stubLib, "-Wl,-rpath,"+binDir, "-lpthread")...),
 		append([]string{"-std=c99", "-pedantic", "-o", "hello", repoRoot + "/examples/hello.c"}, gh...),
 	}
+	pmix, err := exec.Command("pkg-config", "--cflags", "--libs", "pmix").Output()
+	if err != nil {
+		return fmt.Errorf("pkg-config pmix: %v", err)
+	}
+	progs = append(progs, append([]string{"-std=gnu11", "-o", "nodeid", here + "/nodeid.c"}, strings.Fields(string(pmix))...))
 	for _, p := range progs {
 		if err := sh(binDir, "cc", append([]string{"-Wall", "-Wextra", "-Werror", "-O2", "-g"}, p...)...); err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -148,4 +149,57 @@ func TestNCCLVersionMismatch(t *testing.T) {
 			t.Errorf("rank %s did not refuse the ID naming both versions:\n%s", r, out)
 		}
 	}
+}
+
+// fakeSSH is an rsh agent for Open MPI's mpirun that starts the "remote" daemon (orted) on this
+// machine: mpirun then runs one orted, with its own PMIx server, per host of --host, as it
+// would on a cluster. It drops ssh's options and the host name.
+const fakeSSH = `#!/bin/sh
+while [ $# -gt 0 ]; do
+	case "$1" in
+	-x | -T | -n) shift ;;
+	-o | -l | -p) shift 2 ;;
+	*) break ;;
+	esac
+done
+shift
+exec /bin/sh -c "$*"
+`
+
+// TestSparseNodeIDs runs a job on two "remote" hosts (TEST-NET-2 addresses; the fake agent
+// starts their daemons here). Open MPI's ORTE numbers nodes by their place in its pool, where
+// 0 is mpirun's own node: the ranks get PMIX_NODEID 1 and 2 with PMIX_NUM_NODES 2. The library
+// must report node ids 0 and 1.
+func TestSparseNodeIDs(t *testing.T) {
+	needSetup(t)
+	if _, err := exec.LookPath("mpirun"); err != nil {
+		t.Skip("mpirun (Open MPI) not installed")
+	}
+	agent := filepath.Join(t.TempDir(), "ssh")
+	if err := os.WriteFile(agent, []byte(fakeSSH), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(env []string, args ...string) string {
+		t.Helper()
+		env = cleanEnv(os.Environ(), append([]string{"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"}, env...)...)
+		out, err := launch(t, env, 3*time.Minute, "mpirun", append([]string{"--mca", "plm_rsh_agent", agent,
+			"--mca", "plm_rsh_no_tree_spawn", "1", "--host", "198.51.100.7:2,198.51.100.8:2", "-n", "4"}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	// The launcher's own numbers: sparse, or this test proves nothing.
+	raw := map[string]bool{}
+	for _, l := range strings.Split(run(nil, bin("nodeid")), "\n") {
+		if f := strings.Fields(l); len(f) == 4 && f[0] == "NODEID" {
+			raw[f[2]+"/"+f[3]] = true
+		}
+	}
+	if len(raw) != 2 || !raw["1/2"] || !raw["2/2"] {
+		t.Fatalf("PMIX_NODEID/PMIX_NUM_NODES seen %v, want 1/2 and 2/2 (ORTE's node pool numbering)", raw)
+	}
+	log := stubLogPath(t)
+	out := run([]string{"STUBNCCL_LOG=" + log, "GPUHELPER_TIMEOUT=60"}, bin("ghtest"), "info", "2")
+	checkInfo(t, out, 4, 2, 2, log)
 }
