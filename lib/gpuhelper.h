@@ -22,7 +22,8 @@
  * Build: cc app.c $(pkg-config --cflags --libs gpuhelper)
  *
  * Collective calls (gpuhelper_init, gpuhelper_finalize, gpuhelper_nccl_id, gpuhelper_scalable_ids,
- * gpuhelper_group_id) must be made by every rank of the job, in the same order. All calls are thread-safe. The library embeds a Go
+ * gpuhelper_group_id, gpuhelper_barrier, gpuhelper_bcast, gpuhelper_allgather) must be made by
+ * every rank of the job, in the same order. All calls are thread-safe. The library embeds a Go
  * runtime: see docs/helper.md for what that means inside your process.
  *
  * Environment:
@@ -189,6 +190,35 @@ int gpuhelper_scalable_count(void);
  * root: NCCL then puts that one address in every ID, so the IDs would collide.
  */
 int gpuhelper_scalable_ids(int nids, unsigned char *ids, size_t ids_bytes);
+
+/*
+ * Small collectives (since 1.1), for control data around NCCL: a few bytes to a few MiB per
+ * rank, at most GPUHELPER_COLL_MAX_BYTES. The data travels through the PMIx server, which keeps
+ * every value until gpuhelper_finalize: use NCCL for bulk data. Collective: every rank calls
+ * them, in the same order as the other collective calls. Need gpuhelper_init. Waits are bounded
+ * by GPUHELPER_TIMEOUT (GPUHELPER_ETIMEOUT).
+ */
+#define GPUHELPER_COLL_MAX_BYTES (16 * 1024 * 1024)
+
+/* gpuhelper_barrier returns once every rank has called it. */
+int gpuhelper_barrier(void);
+
+/* gpuhelper_bcast copies root's len bytes at buf into buf on every other rank. Every rank
+ * passes the same root (0..size-1) and len; a rank whose len differs from root's gets
+ * GPUHELPER_EINVAL naming both. */
+int gpuhelper_bcast(int root, void *buf, size_t len);
+
+/* gpuhelper_allgather gives every rank the len bytes at buf of every rank: rank r's land at
+ * out + r*len. out must hold size*len bytes (out_bytes says how many it holds). Every rank
+ * passes the same len (GPUHELPER_EINVAL naming both sizes otherwise). */
+int gpuhelper_allgather(const void *buf, size_t len, void *out, size_t out_bytes);
+
+/* gpuhelper_abort ends every process of the job: it asks the PMIx server (PMIx_Abort) to have
+ * the launcher kill all ranks, with code as the job's exit status, and exits this process with
+ * code (the low 8 bits reach the shell). msg (may be NULL) goes to stderr and to the launcher.
+ * Not collective; any rank may call it at any time. Without gpuhelper_init, or without a PMIx
+ * server, it ends this process only. Does not return, except for code 0 (GPUHELPER_EINVAL). */
+int gpuhelper_abort(int code, const char *msg);
 
 /* Color for gpuhelper_group_id: one group per node (the ranks sharing this node). */
 #define GPUHELPER_COLOR_NODE (-1)

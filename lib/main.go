@@ -473,3 +473,108 @@ func ghGoGroupID(color C.int, g *C.gpuhelper_group_t, buf *C.char, n C.size_t) (
 	}
 	return 0
 }
+
+// collErr gives a collective's errors their codes: bad sizes are the caller's input.
+func collErr(err error) error {
+	if errors.Is(err, ncclid.ErrSize) {
+		return withCode(C.GPUHELPER_EINVAL, err)
+	}
+	return err
+}
+
+//export ghGoBarrier
+func ghGoBarrier(buf *C.char, n C.size_t) (rc C.int) {
+	defer guard(&rc, buf, n)
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	if err := needInit(); err != nil {
+		return report(err, buf, n)
+	}
+	return report(state.ex.Barrier(), buf, n)
+}
+
+//export ghGoBcast
+func ghGoBcast(root C.int, data unsafe.Pointer, size C.size_t, buf *C.char, n C.size_t) (rc C.int) {
+	defer guard(&rc, buf, n)
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	if err := needInit(); err != nil {
+		return report(err, buf, n)
+	}
+	in := state.info
+	switch {
+	case root < 0 || int(root) >= in.Size:
+		return report(withCode(C.GPUHELPER_EINVAL, fmt.Errorf("gpuhelper_bcast: root %d, expected 0..%d (the job size - 1)", root, in.Size-1)), buf, n)
+	case uint64(size) > ncclid.MaxCollBytes:
+		return report(withCode(C.GPUHELPER_EINVAL, fmt.Errorf("gpuhelper_bcast: len %d, expected at most GPUHELPER_COLL_MAX_BYTES (%d)", size, ncclid.MaxCollBytes)), buf, n)
+	case data == nil && size > 0:
+		return report(withCode(C.GPUHELPER_EINVAL, fmt.Errorf("gpuhelper_bcast: buf is NULL with len %d", size)), buf, n)
+	}
+	var mine []byte
+	if int(root) == in.Rank {
+		mine = C.GoBytes(data, C.int(size))
+	}
+	got, err := state.ex.Bcast(int(root), mine, int(size))
+	if err != nil {
+		return report(collErr(fmt.Errorf("gpuhelper_bcast: %w", err)), buf, n)
+	}
+	if int(root) != in.Rank && size > 0 {
+		copy(unsafe.Slice((*byte)(data), int(size)), got)
+	}
+	return 0
+}
+
+//export ghGoAllgather
+func ghGoAllgather(data unsafe.Pointer, size C.size_t, out unsafe.Pointer, outBytes C.size_t, buf *C.char, n C.size_t) (rc C.int) {
+	defer guard(&rc, buf, n)
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	if err := needInit(); err != nil {
+		return report(err, buf, n)
+	}
+	ranks := uint64(state.info.Size)
+	switch {
+	case uint64(size) > ncclid.MaxCollBytes:
+		return report(withCode(C.GPUHELPER_EINVAL, fmt.Errorf("gpuhelper_allgather: len %d, expected at most GPUHELPER_COLL_MAX_BYTES (%d)", size, ncclid.MaxCollBytes)), buf, n)
+	case data == nil && size > 0:
+		return report(withCode(C.GPUHELPER_EINVAL, fmt.Errorf("gpuhelper_allgather: buf is NULL with len %d", size)), buf, n)
+	case out == nil && size > 0:
+		return report(withCode(C.GPUHELPER_EINVAL, errors.New("gpuhelper_allgather: out is NULL")), buf, n)
+	case uint64(outBytes) < ranks*uint64(size):
+		return report(withCode(C.GPUHELPER_EINVAL, fmt.Errorf("gpuhelper_allgather: out_bytes %d, expected at least size*len = %d*%d = %d",
+			outBytes, ranks, size, ranks*uint64(size))), buf, n)
+	}
+	all, err := state.ex.Allgather(C.GoBytes(data, C.int(size)))
+	if err != nil {
+		return report(collErr(fmt.Errorf("gpuhelper_allgather: %w", err)), buf, n)
+	}
+	if size > 0 {
+		dst := unsafe.Slice((*byte)(out), int(ranks)*int(size))
+		for r, b := range all {
+			copy(dst[r*int(size):], b)
+		}
+	}
+	return 0
+}
+
+// ghGoAbort asks the PMIx server to end the job. It returns 0 when the request went out; the C
+// side exits the process either way.
+//
+//export ghGoAbort
+func ghGoAbort(code C.int, msg *C.char, buf *C.char, n C.size_t) (rc C.int) {
+	defer guard(&rc, buf, n)
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	if state.kv == nil {
+		return report(withCode(C.GPUHELPER_ENOTINIT, errors.New("gpuhelper_abort: gpuhelper_init has not run (or was finalized): ending this process only")), buf, n)
+	}
+	a, ok := state.kv.(pmixkv.Aborter)
+	if !ok {
+		return report(withCode(C.GPUHELPER_ENOSERVER, errors.New("gpuhelper_abort: no PMIx server to end the job through: ending this process only")), buf, n)
+	}
+	m := ""
+	if msg != nil {
+		m = C.GoString(msg)
+	}
+	return report(a.Abort(int(code), m), buf, n)
+}

@@ -202,6 +202,42 @@ GH_EXPORT int gpuhelper_nccl_origin(int *version, char *library, size_t library_
     return ghGoNcclOrigin(version, library, library_bytes, GH_ERR);
 }
 
+GH_EXPORT int gpuhelper_barrier(void)
+{
+    if (gh_forked())
+        return GPUHELPER_EFORK;
+    return ghGoBarrier(GH_ERR);
+}
+
+GH_EXPORT int gpuhelper_bcast(int root, void *buf, size_t len)
+{
+    if (gh_forked())
+        return GPUHELPER_EFORK;
+    return ghGoBcast(root, buf, len, GH_ERR);
+}
+
+GH_EXPORT int gpuhelper_allgather(const void *buf, size_t len, void *out, size_t out_bytes)
+{
+    if (gh_forked())
+        return GPUHELPER_EFORK;
+    return ghGoAllgather((void *)buf, len, out, out_bytes, GH_ERR); /* Go only reads buf */
+}
+
+/* Ends the job through PMIx when it can, and this process in any case: it must not return. */
+GH_EXPORT int gpuhelper_abort(int code, const char *msg)
+{
+    if (code == 0)
+        return gh_fail(GPUHELPER_EINVAL, "gpuhelper_abort: code 0, expected a nonzero exit status");
+    fprintf(stderr, "gpuhelper: gpuhelper_abort(%d) in pid %ld: %s\n", code, (long)getpid(), msg ? msg : "");
+    fflush(stderr);
+    /* Go only reads msg; cgo exports take no const. */
+    if (!gh_forked() && ghGoAbort(code, (char *)msg, GH_ERR) != 0) {
+        fprintf(stderr, "%s\n", gpuhelper_last_error());
+        fflush(stderr);
+    }
+    exit(code);
+}
+
 GH_EXPORT int gpuhelper_set_nccl_get_unique_id(gpuhelper_nccl_get_unique_id_fn fn)
 {
     void *p = NULL;

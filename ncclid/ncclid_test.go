@@ -114,6 +114,26 @@ func runJob(t *testing.T, size int, nodeOf func(int) int, mode Mode, fn func(e *
 	return out, job, calls
 }
 
+// newJobErrs runs fn on every rank of an in-memory job and returns each rank's error.
+func newJobErrs(t *testing.T, size int, fn func(e *Exchanger) error) (*pmixkv.MemJob, []error) {
+	t.Helper()
+	job, err := pmixkv.NewMemJob(size, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for r := 0; r < size; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			errs[r] = fn(&Exchanger{KV: job.Rank(r), Timeout: 10 * time.Second})
+		}(r)
+	}
+	wg.Wait()
+	return job, errs
+}
+
 func TestWorldDirectAndFenced(t *testing.T) {
 	for _, mode := range []Mode{Direct, Fenced} {
 		out, job, calls := runJob(t, 8, func(r int) int { return r / 4 }, mode, func(e *Exchanger) (any, error) {

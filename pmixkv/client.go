@@ -298,6 +298,18 @@ func (c *Client) Get(rank int, key string, timeout time.Duration) ([]byte, error
 	}
 }
 
+// Abort asks the server to end every process of the job, with code as the job's exit status
+// and msg for the launcher to show (PMIx_Abort). The caller should exit whatever it returns:
+// servers differ in whether the call returns before the process is killed.
+func (c *Client) Abort(code int, msg string) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	cm := C.CString(msg)
+	defer C.free(unsafe.Pointer(cm))
+	return status("PMIx_Abort", C.pk_abort(C.int(code), cm))
+}
+
 // Close drops this Client's reference; the last one calls PMIx_Finalize. Closing twice is a
 // no-op.
 func (c *Client) Close() error {

@@ -43,6 +43,11 @@ type KV interface {
 	Close() error
 }
 
+// Aborter is a KV that can end the whole job (Client: PMIx_Abort).
+type Aborter interface {
+	Abort(code int, msg string) error
+}
+
 // Errors that callers may test with errors.Is.
 var (
 	ErrTimeout  = errors.New("timed out")

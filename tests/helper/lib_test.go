@@ -33,6 +33,15 @@ int use(void) {
     (void)gpuhelper_strerror(GPUHELPER_ETIMEOUT);
     (void)gpuhelper_last_error();
     (void)gpuhelper_version();
+    {
+        unsigned char id[GPUHELPER_NCCL_ID_BYTES], all[2];
+        char lib[64];
+        int v;
+        if (gpuhelper_nccl_id(id) != 0 || gpuhelper_nccl_origin(&v, lib, sizeof(lib)) != 0) return 4;
+        if (gpuhelper_barrier() != 0 || gpuhelper_bcast(0, id, sizeof(id)) != 0) return 5;
+        if (gpuhelper_allgather(id, 1, all, sizeof(all)) != 0) return 6;
+        if (!(info.flags & GPUHELPER_INFO_NCCL_ID)) gpuhelper_abort(GPUHELPER_EFINALIZED, "test");
+    }
     return gpuhelper_finalize() + GPUHELPER_VERSION_MAJOR + GPUHELPER_VERSION_MINOR + GPUHELPER_VERSION_PATCH;
 }
 `
@@ -104,13 +113,14 @@ func TestLibraryFile(t *testing.T) {
 		n++
 	}
 	// 1.0 binaries ask for gpuhelper_*@GPUHELPER_1.0: those must stay there; new calls get 1.1.
-	for _, sym := range []string{"gpuhelper_init@@GPUHELPER_1.0", "gpuhelper_group_id@@GPUHELPER_1.0", "gpuhelper_nccl_id@@GPUHELPER_1.1", "gpuhelper_nccl_origin@@GPUHELPER_1.1"} {
+	for _, sym := range []string{"gpuhelper_init@@GPUHELPER_1.0", "gpuhelper_group_id@@GPUHELPER_1.0", "gpuhelper_nccl_id@@GPUHELPER_1.1", "gpuhelper_nccl_origin@@GPUHELPER_1.1",
+		"gpuhelper_barrier@@GPUHELPER_1.1", "gpuhelper_bcast@@GPUHELPER_1.1", "gpuhelper_allgather@@GPUHELPER_1.1", "gpuhelper_abort@@GPUHELPER_1.1"} {
 		if !regexp.MustCompile(`(?m) ` + regexp.QuoteMeta(sym) + `$`).Match(out) {
 			t.Errorf("%s is not exported:\n%s", sym, out)
 		}
 	}
-	if n != 13 {
-		t.Errorf("%d dynamic symbols, want 11 functions and the 2 version nodes:\n%s", n, out)
+	if n != 17 {
+		t.Errorf("%d dynamic symbols, want 15 functions and the 2 version nodes:\n%s", n, out)
 	}
 	// The header's version macros and the library's version agree.
 	h, _ := os.ReadFile(filepath.Join(repoRoot, "lib/gpuhelper.h"))
@@ -418,7 +428,7 @@ func fakeCuda(t *testing.T) string {
 func TestExamples(t *testing.T) {
 	needSetup(t)
 	dir := t.TempDir()
-	for _, f := range []string{"Makefile", "hello.c", "nccl_allreduce.cu"} {
+	for _, f := range []string{"Makefile", "hello.c", "collectives.c", "nccl_allreduce.cu"} {
 		b, err := os.ReadFile(filepath.Join(repoRoot, "examples", f))
 		if err != nil {
 			t.Fatal(err)
@@ -432,8 +442,10 @@ func TestExamples(t *testing.T) {
 	if err != nil {
 		t.Fatalf("make -C examples: %v\n%s", err, out)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "hello")); err != nil {
-		t.Errorf("examples/Makefile built no hello:\n%s", out)
+	for _, prog := range []string{"hello", "collectives"} {
+		if _, err := os.Stat(filepath.Join(dir, prog)); err != nil {
+			t.Errorf("examples/Makefile built no %s:\n%s", prog, out)
+		}
 	}
 	if _, err := exec.LookPath("nvcc"); err == nil {
 		if _, err := os.Stat(filepath.Join(dir, "nccl_allreduce")); err != nil {

@@ -1,6 +1,7 @@
 package helper
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -202,4 +203,81 @@ func TestSparseNodeIDs(t *testing.T) {
 	log := stubLogPath(t)
 	out := run([]string{"STUBNCCL_LOG=" + log, "GPUHELPER_TIMEOUT=60"}, bin("ghtest"), "info", "2")
 	checkInfo(t, out, 4, 2, 2, log)
+}
+
+// TestCollectives: gpuhelper_barrier, _bcast and _allgather, with their bad inputs, alone and
+// under mpirun (srun: TestSrun).
+func TestCollectives(t *testing.T) {
+	needSetup(t)
+	stub := "GPUHELPER_NCCL_LIBRARY=" + stubLib
+	t.Run("singleton", func(t *testing.T) {
+		out, err := launch(t, cleanEnv(os.Environ(), stub), time.Minute, bin("ghtest"), "coll")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOK(t, out, 1, "coll", "coll")
+	})
+	t.Run("mpirun n=5", func(t *testing.T) {
+		out, err := mpirun(t, []string{stub, "GPUHELPER_TIMEOUT=60"}, 5, bin("ghtest"), "coll")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOK(t, out, 5, "coll", "coll")
+	})
+	// examples/collectives.c without NCCL: rank 0 prints every rank.
+	t.Run("examples/collectives mpirun n=3", func(t *testing.T) {
+		exe := filepath.Join(t.TempDir(), "collectives")
+		args := []string{filepath.Join(repoRoot, "examples/collectives.c"), "-o", exe, "-Wall", "-Wextra", "-Werror",
+			"-I" + filepath.Join(libBuild, "include"), "-L" + libBuild, "-Wl,-rpath," + libBuild, "-lgpuhelper"}
+		if o, err := exec.Command("cc", args...).CombinedOutput(); err != nil {
+			t.Fatalf("cc: %v\n%s", err, o)
+		}
+		out, err := mpirun(t, []string{noNCCL, "GPUHELPER_TIMEOUT=60"}, 3, exe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		re := regexp.MustCompile(`(?m)^collectives: run-\d+: rank (\d) node 0 host \S+ cuda_device -1 bus -$`)
+		if m := re.FindAllStringSubmatch(out, -1); len(m) != 3 || m[0][1] != "0" || m[2][1] != "2" {
+			t.Errorf("collectives printed:\n%s", out)
+		}
+	})
+}
+
+// checkAbort: a job where one rank called gpuhelper_abort(7, "ghtest gives up") must end at
+// once (well before GPUHELPER_TIMEOUT, 120 s here) with exit status 7 and the message, and no
+// other rank may have got past its barrier.
+func checkAbort(t *testing.T, out string, err error, took time.Duration) {
+	t.Helper()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+		t.Errorf("exit: %v, want exit status 7", err)
+	}
+	if !strings.Contains(fmt.Sprint(err), "gpuhelper_abort(7) in pid") || !strings.Contains(fmt.Sprint(err), "ghtest gives up") {
+		t.Errorf("no abort message on stderr: %v", err)
+	}
+	if strings.Contains(out, "FAIL") {
+		t.Errorf("a rank failed:\n%s", out)
+	}
+	if took > 60*time.Second {
+		t.Errorf("the job took %v to end", took)
+	}
+}
+
+// TestAbort: gpuhelper_abort on one rank ends the whole job.
+func TestAbort(t *testing.T) {
+	needSetup(t)
+	env := []string{"GPUHELPER_NCCL_LIBRARY=" + stubLib, "GPUHELPER_TIMEOUT=120"}
+	t.Run("singleton", func(t *testing.T) {
+		start := time.Now()
+		out, err := launch(t, cleanEnv(os.Environ(), env...), time.Minute, bin("ghtest"), "abort", "0")
+		checkAbort(t, out, err, time.Since(start))
+		if !strings.Contains(fmt.Sprint(err), "ending this process only") {
+			t.Errorf("no word that only this process ends: %v", err)
+		}
+	})
+	t.Run("mpirun n=3", func(t *testing.T) {
+		start := time.Now()
+		out, err := mpirun(t, env, 3, bin("ghtest"), "abort", "1")
+		checkAbort(t, out, err, time.Since(start))
+	})
 }

@@ -83,6 +83,18 @@ func TestSrun(t *testing.T) {
 			checkOK(t, out, tc.n, tc.args[0], tc.want)
 		})
 	}
+	t.Run("collectives/N=2/n=5", func(t *testing.T) {
+		out, err := srun(t, c, nil, "--mpi=pmix", "-O", "-N2", "-n5", bin("ghtest"), "coll")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOK(t, out, 5, "coll", "coll")
+	})
+	t.Run("abort/N=2/n=4", func(t *testing.T) {
+		start := time.Now()
+		out, err := srun(t, c, []string{"GPUHELPER_TIMEOUT=120"}, "--mpi=pmix", "-O", "-N2", "-n4", bin("ghtest"), "abort", "2")
+		checkAbort(t, out, err, time.Since(start))
+	})
 	// No libnccl reachable anywhere: hello (not linked with the stub) still gets every fact.
 	t.Run("hello without NCCL/N=2/n=4", func(t *testing.T) {
 		out, err := srun(t, c, []string{noNCCL}, "--mpi=pmix", "-O", "-N2", "-n4", bin("hello"))

@@ -20,6 +20,9 @@
  *               version mismatch); a failing finalize is fine (the others have left)
  *   dlscope     init, then ncclGetUniqueId must not be visible process-wide (dlsym RTLD_DEFAULT)
  *   reinit CODE init, finalize, init again: the second init must return CODE
+ *   coll        (1.1) barrier, bcast from the last rank, allgather, and their bad inputs
+ *   abort R     (1.1) rank R calls gpuhelper_abort(7, ...); the others wait in a barrier, which
+ *               must not succeed (the launcher kills them, or it fails first)
  *   bigstruct   init with this header's struct writes nothing past it; built against the current
  *               header, also init and group_id with larger structs (a newer caller): the
  *               library fills what it knows and leaves the rest alone
@@ -268,7 +271,9 @@ static int fork_check(const char *when)
                  strstr(gpuhelper_strerror(GPUHELPER_EFORK), "GPUHELPER_EFORK") != NULL &&
                  strstr(gpuhelper_last_error(), "fork") != NULL && strcmp(gpuhelper_version(), "") != 0;
 #if GPUHELPER_VERSION_MINOR >= 1
-        ok = ok && gpuhelper_nccl_id(id) == GPUHELPER_EFORK;
+        ok = ok && gpuhelper_nccl_id(id) == GPUHELPER_EFORK && gpuhelper_barrier() == GPUHELPER_EFORK &&
+             gpuhelper_bcast(0, id, 1) == GPUHELPER_EFORK && gpuhelper_allgather(id, 1, id, 1) == GPUHELPER_EFORK &&
+             gpuhelper_nccl_origin(NULL, NULL, 0) == GPUHELPER_EFORK;
 #endif
         printf("%s %d fork-%s child: %s\n", ok ? "OK" : "FAIL", env_rank(), when, gpuhelper_last_error());
         fflush(stdout);
@@ -504,6 +509,76 @@ static int mode_reinit(int want)
     return rc == want ? 0 : 1;
 }
 
+#if GPUHELPER_VERSION_MINOR >= 1
+static unsigned char pattern(int rank, size_t i) { return (unsigned char)(rank * 31 + (int)i * 7 + 1); }
+
+static int mode_coll(void)
+{
+    gpuhelper_info_t info;
+    unsigned char b[300], one[16], *all;
+    int rc = init(&info);
+    if (rc != 0)
+        return fail("init", rc);
+    int n = info.size, me = info.rank, root = n - 1;
+    if ((rc = gpuhelper_barrier()) != 0)
+        return fail("barrier", rc);
+    for (size_t i = 0; i < sizeof(b); i++)
+        b[i] = me == root ? pattern(root, i) : 0;
+    if ((rc = gpuhelper_bcast(root, b, sizeof(b))) != 0)
+        return fail("bcast", rc);
+    for (size_t i = 0; i < sizeof(b); i++)
+        if (b[i] != pattern(root, i))
+            return fail("bcast: wrong bytes", GPUHELPER_EINTERNAL);
+    all = malloc((size_t)n * sizeof(one));
+    if (all == NULL)
+        return fail("malloc", GPUHELPER_EINTERNAL);
+    for (size_t i = 0; i < sizeof(one); i++)
+        one[i] = pattern(me, i);
+    if ((rc = gpuhelper_allgather(one, sizeof(one), all, (size_t)n * sizeof(one))) != 0)
+        return fail("allgather", rc);
+    for (int r = 0; r < n; r++)
+        for (size_t i = 0; i < sizeof(one); i++)
+            if (all[(size_t)r * sizeof(one) + i] != pattern(r, i))
+                return fail("allgather: wrong bytes", GPUHELPER_EINTERNAL);
+    /* Bad input, the same on every rank, so that no rank waits for another. */
+    if ((rc = gpuhelper_bcast(n, b, 1)) != GPUHELPER_EINVAL || strstr(gpuhelper_last_error(), "root") == NULL)
+        return fail("bcast with root = size", rc);
+    if ((rc = gpuhelper_allgather(one, sizeof(one), all, (size_t)n * sizeof(one) - 1)) != GPUHELPER_EINVAL ||
+        strstr(gpuhelper_last_error(), "out_bytes") == NULL)
+        return fail("allgather with a short out", rc);
+    if ((rc = gpuhelper_bcast(0, NULL, 4)) != GPUHELPER_EINVAL || strstr(gpuhelper_last_error(), "buf is NULL") == NULL)
+        return fail("bcast of NULL", rc);
+    if ((rc = gpuhelper_abort(0, "no")) != GPUHELPER_EINVAL || strstr(gpuhelper_last_error(), "code 0") == NULL)
+        return fail("abort(0)", rc);
+    /* A length mismatch: rank 0 broadcasts 4 bytes, the others expect 5. */
+    rc = gpuhelper_bcast(0, b, me == 0 ? 4 : 5);
+    if (me == 0 ? rc != 0 : rc != GPUHELPER_EINVAL || strstr(gpuhelper_last_error(), "expected 5") == NULL)
+        return fail("bcast with mismatched len", rc);
+    free(all);
+    printf("OK %d coll\n", me);
+    return finalize();
+}
+
+static int mode_abort(int who)
+{
+    gpuhelper_info_t info;
+    int rc = init(&info);
+    if (rc != 0)
+        return fail("init", rc);
+    if (info.rank == who) {
+        gpuhelper_abort(7, "ghtest gives up");
+        return fail("gpuhelper_abort returned", GPUHELPER_EINTERNAL);
+    }
+    /* The launcher kills this process while it waits, or the barrier fails first (Open MPI:
+     * PARTIAL SUCCESS once a rank is gone). It must not succeed. */
+    rc = gpuhelper_barrier();
+    if (rc == 0)
+        return fail("barrier succeeded after another rank's gpuhelper_abort", rc);
+    printf("OK %d abort: barrier failed: %s\n", info.rank, gpuhelper_strerror(rc));
+    return 1;
+}
+#endif
+
 static int mode_bigstruct(void)
 {
     /* The caller's own struct, followed by other data: init must not touch the data. */
@@ -604,6 +679,10 @@ int main(int argc, char **argv)
         return mode_lateid();
     if (strcmp(m, "origin") == 0)
         return mode_origin();
+    if (strcmp(m, "coll") == 0)
+        return mode_coll();
+    if (strcmp(m, "abort") == 0)
+        return mode_abort(arg);
 #endif
     fprintf(stderr, "gpubind: ghtest: unknown mode %s\n", m);
     return 2;
