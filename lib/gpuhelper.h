@@ -56,7 +56,8 @@ extern "C" {
 #define GPUHELPER_ENOSERVER (-2) /* no PMIx server, and the job has more than one process */
 #define GPUHELPER_EPMIX (-3)     /* a PMIx call failed */
 #define GPUHELPER_ETIMEOUT (-4)  /* another rank's data did not arrive within GPUHELPER_TIMEOUT */
-#define GPUHELPER_ENCCL (-5)     /* ncclGetUniqueId missing or failed (here or on the root) */
+#define GPUHELPER_ENCCL (-5)     /* no NCCL ID: ncclGetUniqueId missing or failed (here or on the
+                                    root), NCCL versions differ, or NCCL_COMM_ID would collide */
 #define GPUHELPER_EFORK (-6)     /* called in a forked child that has not exec'd */
 #define GPUHELPER_EGPU (-7)      /* GPUBIND_* or CUDA_VISIBLE_DEVICES malformed */
 #define GPUHELPER_ENOTINIT (-8)  /* gpuhelper_init has not succeeded (or was finalized) */
@@ -191,6 +192,28 @@ int gpuhelper_scalable_count(void);
  */
 int gpuhelper_scalable_ids(int nids, unsigned char *ids, size_t ids_bytes);
 
+/* Color for gpuhelper_group_id: one group per node (the ranks sharing this node). */
+#define GPUHELPER_COLOR_NODE (-1)
+
+/* A sub-communicator's ID and this rank's place in it. */
+typedef struct gpuhelper_group {
+    size_t struct_size;   /* caller sets sizeof(gpuhelper_group_t) */
+    int color;            /* the color passed */
+    int rank, size;       /* rank in the group (ordered by global rank) and group size: pass to
+                             ncclCommInitRank(&comm, size, id, rank) */
+    int root;             /* global rank that created the ID: the group's lowest rank */
+    unsigned char nccl_id[GPUHELPER_NCCL_ID_BYTES];
+} gpuhelper_group_t;
+
+/*
+ * gpuhelper_group_id splits the job like MPI_Comm_split(color, key = global rank) and gives
+ * each group its own NCCL ID, created by the group's lowest rank. color >= 0, or
+ * GPUHELPER_COLOR_NODE for one group per node (no color exchange needed). Collective: every
+ * rank of the job calls it, each with its own color. Needs gpuhelper_init. Refused like
+ * gpuhelper_scalable_ids while NCCL_COMM_ID is in force.
+ */
+int gpuhelper_group_id(int color, gpuhelper_group_t *group);
+
 /*
  * Small collectives (since 1.1), for control data around NCCL: a few bytes to a few MiB per
  * rank, at most GPUHELPER_COLL_MAX_BYTES. The data travels through the PMIx server, which keeps
@@ -219,28 +242,6 @@ int gpuhelper_allgather(const void *buf, size_t len, void *out, size_t out_bytes
  * Not collective; any rank may call it at any time. Without gpuhelper_init, or without a PMIx
  * server, it ends this process only. Does not return, except for code 0 (GPUHELPER_EINVAL). */
 int gpuhelper_abort(int code, const char *msg);
-
-/* Color for gpuhelper_group_id: one group per node (the ranks sharing this node). */
-#define GPUHELPER_COLOR_NODE (-1)
-
-/* A sub-communicator's ID and this rank's place in it. */
-typedef struct gpuhelper_group {
-    size_t struct_size;   /* caller sets sizeof(gpuhelper_group_t) */
-    int color;            /* the color passed */
-    int rank, size;       /* rank in the group (ordered by global rank) and group size: pass to
-                             ncclCommInitRank(&comm, size, id, rank) */
-    int root;             /* global rank that created the ID: the group's lowest rank */
-    unsigned char nccl_id[GPUHELPER_NCCL_ID_BYTES];
-} gpuhelper_group_t;
-
-/*
- * gpuhelper_group_id splits the job like MPI_Comm_split(color, key = global rank) and gives
- * each group its own NCCL ID, created by the group's lowest rank. color >= 0, or
- * GPUHELPER_COLOR_NODE for one group per node (no color exchange needed). Collective: every
- * rank of the job calls it, each with its own color. Needs gpuhelper_init. Refused like
- * gpuhelper_scalable_ids while NCCL_COMM_ID is in force.
- */
-int gpuhelper_group_id(int color, gpuhelper_group_t *group);
 
 #ifdef __cplusplus
 }

@@ -295,7 +295,7 @@ GH_EXPORT const char *gpuhelper_strerror(int err)
     case GPUHELPER_ENOSERVER: return "GPUHELPER_ENOSERVER: no PMIx server for a job of several processes (launch with srun --mpi=pmix)";
     case GPUHELPER_EPMIX: return "GPUHELPER_EPMIX: a PMIx call failed";
     case GPUHELPER_ETIMEOUT: return "GPUHELPER_ETIMEOUT: another rank's data did not arrive in time (GPUHELPER_TIMEOUT)";
-    case GPUHELPER_ENCCL: return "GPUHELPER_ENCCL: ncclGetUniqueId is missing or failed";
+    case GPUHELPER_ENCCL: return "GPUHELPER_ENCCL: no NCCL ID (ncclGetUniqueId missing or failed, NCCL versions differ, or NCCL_COMM_ID)";
     case GPUHELPER_EFORK: return "GPUHELPER_EFORK: called in a forked child that has not exec'd";
     case GPUHELPER_EGPU: return "GPUHELPER_EGPU: GPU selection variables (GPUBIND_*, CUDA_VISIBLE_DEVICES) are malformed";
     case GPUHELPER_ENOTINIT: return "GPUHELPER_ENOTINIT: gpuhelper_init has not succeeded";
