@@ -238,9 +238,10 @@ int gpuhelper_allgather(const void *buf, size_t len, void *out, size_t out_bytes
 
 /* gpuhelper_abort ends every process of the job: it asks the PMIx server (PMIx_Abort) to have
  * the launcher kill all ranks, with code as the job's exit status, and exits this process with
- * code (the low 8 bits reach the shell). msg (may be NULL) goes to stderr and to the launcher.
- * Not collective; any rank may call it at any time. Without gpuhelper_init, or without a PMIx
- * server, it ends this process only. Does not return, except for code 0 (GPUHELPER_EINVAL). */
+ * code's low 8 bits (1 if those are 0). msg (may be NULL) goes to stderr and to the launcher.
+ * Not collective; any rank, any thread may call it at any time, also while another thread waits
+ * in a collective. Without gpuhelper_init, or without a PMIx server, it ends this process only.
+ * Does not return, except for code 0 (GPUHELPER_EINVAL). */
 int gpuhelper_abort(int code, const char *msg);
 
 #ifdef __cplusplus

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -138,11 +139,16 @@ var state struct {
 	released string
 }
 
+// aborter is the session's KV for gpuhelper_abort, which must not wait for state.mu: another
+// thread may hold it for up to GPUHELPER_TIMEOUT in a collective that the abort is meant to end.
+var aborter atomic.Pointer[pmixkv.Aborter]
+
 // release closes kv and remembers why: no init after this.
 func release(kv pmixkv.KV, why string) error {
 	if state.released == "" {
 		state.released = why
 	}
+	aborter.Store(nil)
 	return kv.Close()
 }
 
@@ -230,6 +236,9 @@ func initLocked() error {
 		return idErr
 	}
 	state.kv, state.cfg, state.info, state.gpu, state.id, state.idErr = kv, cfg, info, gpu, id, idErr
+	if a, ok := kv.(pmixkv.Aborter); ok {
+		aborter.Store(&a)
+	}
 	state.origin = origin
 	return nil
 }
@@ -558,23 +567,19 @@ func ghGoAllgather(data unsafe.Pointer, size C.size_t, out unsafe.Pointer, outBy
 }
 
 // ghGoAbort asks the PMIx server to end the job. It returns 0 when the request went out; the C
-// side exits the process either way.
+// side exits the process either way. It takes no lock (see aborter).
 //
 //export ghGoAbort
 func ghGoAbort(code C.int, msg *C.char, buf *C.char, n C.size_t) (rc C.int) {
 	defer guard(&rc, buf, n)
-	state.mu.Lock()
-	defer state.mu.Unlock()
-	if state.kv == nil {
-		return report(withCode(C.GPUHELPER_ENOTINIT, errors.New("gpuhelper_abort: gpuhelper_init has not run (or was finalized): ending this process only")), buf, n)
-	}
-	a, ok := state.kv.(pmixkv.Aborter)
-	if !ok {
-		return report(withCode(C.GPUHELPER_ENOSERVER, errors.New("gpuhelper_abort: no PMIx server to end the job through: ending this process only")), buf, n)
+	a := aborter.Load()
+	if a == nil {
+		return report(withCode(C.GPUHELPER_ENOSERVER, errors.New("gpuhelper_abort: no PMIx session to end the job "+
+			"through (no server, gpuhelper_init not run, or finalized): ending this process only")), buf, n)
 	}
 	m := ""
 	if msg != nil {
 		m = C.GoString(msg)
 	}
-	return report(a.Abort(int(code), m), buf, n)
+	return report((*a).Abort(int(code), m), buf, n)
 }

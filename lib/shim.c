@@ -235,7 +235,8 @@ GH_EXPORT int gpuhelper_abort(int code, const char *msg)
         fprintf(stderr, "%s\n", gpuhelper_last_error());
         fflush(stderr);
     }
-    exit(code);
+    /* The shell sees the low 8 bits: keep a failure a failure (256 would read as success). */
+    exit((code & 0xff) != 0 ? code & 0xff : 1);
 }
 
 GH_EXPORT int gpuhelper_set_nccl_get_unique_id(gpuhelper_nccl_get_unique_id_fn fn)

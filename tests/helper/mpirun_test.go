@@ -280,4 +280,10 @@ func TestAbort(t *testing.T) {
 		out, err := mpirun(t, env, 3, bin("ghtest"), "abort", "1")
 		checkAbort(t, out, err, time.Since(start))
 	})
+	// The abort must not wait for the library's lock, held by a collective in another thread.
+	t.Run("while another thread waits/mpirun n=2", func(t *testing.T) {
+		start := time.Now()
+		out, err := mpirun(t, env, 2, bin("ghtest"), "abortwait")
+		checkAbort(t, out, err, time.Since(start))
+	})
 }

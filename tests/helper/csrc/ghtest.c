@@ -23,6 +23,8 @@
  *   coll        (1.1) barrier, bcast from the last rank, allgather, and their bad inputs
  *   abort R     (1.1) rank R calls gpuhelper_abort(7, ...); the others wait in a barrier, which
  *               must not succeed (the launcher kills them, or it fails first)
+ *   abortwait   (1.1) rank 0: a thread waits in a barrier the others never enter, and the main
+ *               thread calls gpuhelper_abort(7, ...) meanwhile; the others sleep 100 s
  *   bigstruct   init with this header's struct writes nothing past it; built against the current
  *               header, also init and group_id with larger structs (a newer caller): the
  *               library fills what it knows and leaves the rest alone
@@ -579,6 +581,34 @@ static int mode_abort(int who)
 }
 #endif
 
+#if GPUHELPER_VERSION_MINOR >= 1
+static void *thread_barrier(void *arg)
+{
+    (void)arg;
+    int rc = gpuhelper_barrier();
+    printf("FAIL %d the barrier nobody else entered returned %d\n", env_rank(), rc);
+    return NULL;
+}
+
+static int mode_abortwait(void)
+{
+    gpuhelper_info_t info;
+    pthread_t th;
+    int rc = init(&info);
+    if (rc != 0)
+        return fail("init", rc);
+    if (info.rank != 0) {
+        sleep(100);
+        return fail("not killed", GPUHELPER_EINTERNAL);
+    }
+    if (pthread_create(&th, NULL, thread_barrier, NULL) != 0)
+        return fail("pthread_create", GPUHELPER_EINTERNAL);
+    sleep(1); /* let the thread enter the barrier */
+    gpuhelper_abort(7, "ghtest gives up");
+    return fail("gpuhelper_abort returned", GPUHELPER_EINTERNAL);
+}
+#endif
+
 static int mode_bigstruct(void)
 {
     /* The caller's own struct, followed by other data: init must not touch the data. */
@@ -683,6 +713,8 @@ int main(int argc, char **argv)
         return mode_coll();
     if (strcmp(m, "abort") == 0)
         return mode_abort(arg);
+    if (strcmp(m, "abortwait") == 0)
+        return mode_abortwait();
 #endif
     fprintf(stderr, "gpubind: ghtest: unknown mode %s\n", m);
     return 2;
