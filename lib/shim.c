@@ -50,7 +50,8 @@ _Static_assert(offsetof(gpuhelper_group_t, nccl_id) == offsetof(struct gh_group_
                "gpuhelper_group_t: the 1.0 fields must keep their offsets");
 /* So that struct_size tells a 1.0 caller from a 1.1 one, the first 1.1 field must start past the
  * end of the 1.0 struct (its tail padding included). */
-_Static_assert(offsetof(gpuhelper_info_t, flags) >= GH_INFO_SIZE_1_0, "gpuhelper_info_t.flags overlaps the 1.0 struct");
+_Static_assert(offsetof(gpuhelper_info_t, flags) >= GH_INFO_SIZE_1_0,
+               "gpuhelper_info_t.flags overlaps the 1.0 struct");
 _Static_assert(sizeof(gpuhelper_info_t) >= GH_INFO_SIZE_1_0 && sizeof(gpuhelper_group_t) >= GH_GROUP_SIZE_1_0,
                "the structs only grow");
 
@@ -60,10 +61,10 @@ static size_t gh_min(size_t a, size_t b) { return a < b ? a : b; }
 __attribute__((constructor)) static void gh_record_pid(void) { gh_pid = getpid(); }
 
 /* Details of the calling thread's last failure: a heap buffer of GH_ERR_BYTES, made on the
- * thread's first call into the library and freed when the thread exits. Only a pointer lives in TLS: a library
- * that is dlopen'ed (by Python, by a plugin host) must keep its static TLS small, since glibc
- * has only a small surplus of it for libraries loaded after start ("cannot allocate memory in
- * static TLS block"). */
+ * thread's first call into the library and freed when the thread exits. Only a pointer lives
+ * in TLS: a library that is dlopen'ed (by Python, by a plugin host) must keep its static TLS
+ * small, since glibc has only a small surplus of it for libraries loaded after start ("cannot
+ * allocate memory in static TLS block"). */
 #define GH_ERR_BYTES 1024
 static __thread char *gh_err;
 static __thread int gh_err_nomem; /* a failure found no memory for its message */
