@@ -32,6 +32,8 @@
  *   GPUHELPER_NCCL_LIBRARY   library to dlopen when the process has no ncclGetUniqueId
  *                            (default libnccl.so.2)
  *   GPUHELPER_SCALABLE_IDS   default count for gpuhelper_scalable_count (default ceil(size/128))
+ *   GPUHELPER_NCCL_ID        "init" (default) or "lazy": rank 0 makes no world ID during
+ *                            gpuhelper_init, the first gpuhelper_nccl_id does (since 1.1)
  */
 #ifndef GPUHELPER_H
 #define GPUHELPER_H
@@ -94,7 +96,8 @@ typedef struct gpuhelper_info {
  *
  * Without NCCL (rank 0 finds no ncclGetUniqueId, or it fails) gpuhelper_init still succeeds:
  * rank, sizes, node and GPU are filled, flags lacks GPUHELPER_INFO_NCCL_ID on every rank, nccl_id
- * is zero, and gpuhelper_nccl_id says why (or creates the ID once NCCL is there). A program
+ * is zero, and gpuhelper_nccl_id says why (or creates the ID once NCCL is there). So it does
+ * with GPUHELPER_NCCL_ID=lazy, where rank 0 does not touch NCCL during init at all. A program
  * built against the 1.0 header (its struct_size has no flags field) gets GPUHELPER_ENCCL
  * instead, as with 1.0.
  *

@@ -100,6 +100,7 @@ type config struct {
 	timeout time.Duration
 	mode    ncclid.Mode
 	library string
+	lazyID  bool // GPUHELPER_NCCL_ID=lazy: no world ID at init; gpuhelper_nccl_id makes it
 }
 
 func readConfig() (config, error) {
@@ -116,8 +117,20 @@ func readConfig() (config, error) {
 		return c, withCode(C.GPUHELPER_EENV, fmt.Errorf("GPUHELPER_EXCHANGE: %w", err))
 	}
 	c.mode = m
+	switch v := strings.TrimSpace(getenv("GPUHELPER_NCCL_ID")); strings.ToLower(v) {
+	case "", "init":
+	case "lazy":
+		c.lazyID = true
+	default:
+		return c, withCode(C.GPUHELPER_EENV, fmt.Errorf("GPUHELPER_NCCL_ID=%q, expected \"init\" (the default) or \"lazy\"", v))
+	}
 	return c, nil
 }
+
+// errLazy is rank 0's answer at init under GPUHELPER_NCCL_ID=lazy. It travels like a failure to
+// make the ID, so every rank agrees that there is none yet, whatever its own environment says.
+var errLazy = fmt.Errorf("%w: not made at init: GPUHELPER_NCCL_ID=lazy on rank 0; "+
+	"gpuhelper_nccl_id makes it when asked", errNCCL)
 
 // state is the library's one session; mu serialises every call, so collectives keep their order
 // within the process and init runs once.
@@ -230,7 +243,11 @@ func initLocked() error {
 	// again later. Other failures (timeout, PMIx) are.
 	// A rank whose NCCL version differs from rank 0's fails here (ncclid.ErrVersion): it
 	// could not use the ID.
+	if cfg.lazyID {
+		state.ex.NewID = func() (ncclid.ID, error) { return ncclid.ID{}, errLazy }
+	}
 	id, origin, idErr := state.ex.WorldOrigin()
+	state.ex.NewID = newID(cfg.library)
 	if idErr != nil && !isNCCL(idErr) {
 		release(kv, "gpuhelper_init failed getting the NCCL ID")
 		return idErr

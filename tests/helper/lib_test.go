@@ -229,6 +229,58 @@ func TestSingleton(t *testing.T) {
 // it (ghtest_dl, hello) do not link the stub, so no ncclGetUniqueId is reachable at all.
 const noNCCL = "GPUHELPER_NCCL_LIBRARY=/nonexistent/libnccl.so.2"
 
+// checkLazy: under GPUHELPER_NCCL_ID=lazy every rank got the same ID from gpuhelper_nccl_id,
+// and the stub made exactly that one ID, in rank 0's process (ghtest checked that rank 0 made
+// none during init).
+func checkLazy(t *testing.T, out string, n int, stubLog string) {
+	t.Helper()
+	checkOK(t, out, n, "lazyid", "lazyid")
+	ids := map[string]bool{}
+	pid0 := ""
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) == 5 && f[0] == "OK" && f[2] == "lazyid" {
+			ids[f[4]] = true
+			if f[1] == "0" {
+				pid0 = f[3]
+			}
+		}
+	}
+	data, err := os.ReadFile(stubLog)
+	if err != nil {
+		t.Fatalf("stub log: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(ids) != 1 || len(lines) != 1 || pid0 == "" {
+		t.Fatalf("%d distinct IDs, %d stub calls, rank 0 pid %q; want 1, 1:\n%s\nstub log:\n%s", len(ids), len(lines), pid0, out, data)
+	}
+	if f := strings.Fields(lines[0]); len(f) != 3 || f[0] != pid0 || !ids[f[2]] {
+		t.Errorf("stub log %q: want rank 0 (pid %s) making the ID everyone got", lines[0], pid0)
+	}
+}
+
+// TestLazyID: GPUHELPER_NCCL_ID=lazy leaves NCCL alone during init; the first gpuhelper_nccl_id
+// makes the world ID.
+func TestLazyID(t *testing.T) {
+	needSetup(t)
+	for _, prog := range []string{"ghtest", "ghtest_dl"} {
+		t.Run("mpirun n=3 "+prog, func(t *testing.T) {
+			log := stubLogPath(t)
+			out, err := mpirun(t, []string{"GPUHELPER_NCCL_ID=lazy", "STUBNCCL_LOG=" + log, "GPUHELPER_NCCL_LIBRARY=" + stubLib}, 3, bin(prog), "lazyid")
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkLazy(t, out, 3, log)
+		})
+	}
+	t.Run("bad value", func(t *testing.T) {
+		out, err := launch(t, cleanEnv(os.Environ(), "GPUHELPER_NCCL_ID=later", "GPUHELPER_NCCL_LIBRARY="+stubLib), time.Minute, bin("ghtest"), "expect", "-9")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOK(t, out, 1, "expect", `GPUHELPER_NCCL_ID="later"`)
+	})
+}
+
 // checkHelloNoNCCL wants a line from each of n ranks on nodes nodes, with its facts and the
 // reason why there is no NCCL ID.
 func checkHelloNoNCCL(t *testing.T, out string, n, nodes int) {

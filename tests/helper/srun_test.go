@@ -95,6 +95,14 @@ func TestSrun(t *testing.T) {
 		out, err := srun(t, c, []string{"GPUHELPER_TIMEOUT=120"}, "--mpi=pmix", "-O", "-N2", "-n4", bin("ghtest"), "abort", "2")
 		checkAbort(t, out, err, time.Since(start))
 	})
+	t.Run("GPUHELPER_NCCL_ID=lazy/N=2/n=4", func(t *testing.T) {
+		log := stubLogPath(t)
+		out, err := srun(t, c, []string{"GPUHELPER_NCCL_ID=lazy", "STUBNCCL_LOG=" + log}, "--mpi=pmix", "-O", "-N2", "-n4", bin("ghtest"), "lazyid")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkLazy(t, out, 4, log)
+	})
 	// No libnccl reachable anywhere: hello (not linked with the stub) still gets every fact.
 	t.Run("hello without NCCL/N=2/n=4", func(t *testing.T) {
 		out, err := srun(t, c, []string{noNCCL}, "--mpi=pmix", "-O", "-N2", "-n4", bin("hello"))

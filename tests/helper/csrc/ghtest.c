@@ -15,6 +15,8 @@
  *               create the world ID
  *   commid      (run with NCCL_COMM_ID set) init gets the world ID; scalable and group IDs are
  *               refused with GPUHELPER_ENCCL and a message naming NCCL_COMM_ID
+ *   lazyid      (1.1, with GPUHELPER_NCCL_ID=lazy and STUBNCCL_LOG) init makes no ID (rank 0's
+ *               stub log stays empty); gpuhelper_nccl_id makes it; prints pid and ID
  *   origin      (1.1) gpuhelper_nccl_origin: prints rank 0's NCCL version and library
  *   vers        init; OK with "same" on success, OK with the message on GPUHELPER_ENCCL (an NCCL
  *               version mismatch); a failing finalize is fine (the others have left)
@@ -402,6 +404,26 @@ static int mode_noid(void)
     return finalize();
 }
 
+static int mode_lazyid(void)
+{
+    gpuhelper_info_t info;
+    unsigned char id[GPUHELPER_NCCL_ID_BYTES];
+    char h[2 * GPUHELPER_NCCL_ID_BYTES + 1];
+    const char *log = getenv("STUBNCCL_LOG");
+    int rc = init(&info);
+    if (rc != 0)
+        return fail("init", rc);
+    if (info.flags & GPUHELPER_INFO_NCCL_ID)
+        return fail("init made the ID under GPUHELPER_NCCL_ID=lazy", GPUHELPER_EINTERNAL);
+    if (info.rank == 0 && log != NULL && access(log, F_OK) == 0)
+        return fail("ncclGetUniqueId was called during init (the stub log exists)", GPUHELPER_EINTERNAL);
+    if ((rc = gpuhelper_nccl_id(id)) != 0)
+        return fail("gpuhelper_nccl_id", rc);
+    hex(id, sizeof(id), h);
+    printf("OK %d lazyid %ld %s\n", info.rank, (long)getpid(), h);
+    return finalize();
+}
+
 static int mode_lateid(void)
 {
     gpuhelper_info_t info;
@@ -708,6 +730,8 @@ int main(int argc, char **argv)
         return mode_noid();
     if (strcmp(m, "lateid") == 0)
         return mode_lateid();
+    if (strcmp(m, "lazyid") == 0)
+        return mode_lazyid();
     if (strcmp(m, "origin") == 0)
         return mode_origin();
     if (strcmp(m, "coll") == 0)
