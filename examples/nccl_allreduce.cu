@@ -59,12 +59,19 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    /* 1. Rank, GPU and NCCL ID in one call. */
+    /* 1. Rank, GPU and NCCL ID in one call. The IDs must come from the NCCL this program calls:
+     * hand the library its ncclGetUniqueId (also right for an NCCL linked statically). */
+    int rc = gpuhelper_set_nccl_get_unique_id((gpuhelper_nccl_get_unique_id_fn)ncclGetUniqueId);
+    if (rc != GPUHELPER_SUCCESS) {
+        fprintf(stderr, "nccl_allreduce: gpuhelper_set_nccl_get_unique_id: %s\n  %s\n", gpuhelper_strerror(rc),
+                gpuhelper_last_error());
+        return 1;
+    }
     gpuhelper_info_t info;
     memset(&info, 0, sizeof(info));
     info.struct_size = sizeof(info);
     double t0 = now_ms();
-    int rc = gpuhelper_init(&info);
+    rc = gpuhelper_init(&info);
     double t_init = now_ms() - t0;
     if (rc != GPUHELPER_SUCCESS) {
         fprintf(stderr, "nccl_allreduce: gpuhelper_init: %s\n  %s\n", gpuhelper_strerror(rc), gpuhelper_last_error());

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -28,7 +29,7 @@ func main() {}
 
 // Version is the library version; it must match GPUHELPER_VERSION_* in gpuhelper.h (checked by
 // the tests).
-const Version = "1.0.0"
+const Version = "1.1.0"
 
 // DefaultTimeout is how long a rank waits for another rank's data unless GPUHELPER_TIMEOUT says
 // otherwise: generous, because rank 0 may spend a long time starting CUDA before it publishes.
@@ -57,6 +58,12 @@ func withCode(code int, err error) error {
 // errNCCL marks a failure of this process's own ncclGetUniqueId.
 var errNCCL = errors.New("ncclGetUniqueId")
 
+// isNCCL reports whether err is a failure to create an NCCL ID, here or on the root: the one
+// kind of failure gpuhelper_init survives (the rank and GPU facts need no NCCL).
+func isNCCL(err error) bool {
+	return errors.Is(err, ncclid.ErrRoot) || errors.Is(err, errNCCL) || errors.Is(err, ncclid.ErrCommID)
+}
+
 // code maps an error onto a GPUHELPER_E... code.
 func code(err error) int {
 	var ce *codeError
@@ -69,7 +76,7 @@ func code(err error) int {
 		return C.GPUHELPER_ENOSERVER
 	case errors.Is(err, pmixkv.ErrTimeout):
 		return C.GPUHELPER_ETIMEOUT
-	case errors.Is(err, ncclid.ErrRoot), errors.Is(err, errNCCL):
+	case isNCCL(err), errors.Is(err, ncclid.ErrVersion):
 		return C.GPUHELPER_ENCCL
 	}
 	return C.GPUHELPER_EPMIX
@@ -93,6 +100,7 @@ type config struct {
 	timeout time.Duration
 	mode    ncclid.Mode
 	library string
+	lazyID  bool // GPUHELPER_NCCL_ID=lazy: no world ID at init; gpuhelper_nccl_id makes it
 }
 
 func readConfig() (config, error) {
@@ -109,8 +117,20 @@ func readConfig() (config, error) {
 		return c, withCode(C.GPUHELPER_EENV, fmt.Errorf("GPUHELPER_EXCHANGE: %w", err))
 	}
 	c.mode = m
+	switch v := strings.TrimSpace(getenv("GPUHELPER_NCCL_ID")); strings.ToLower(v) {
+	case "", "init":
+	case "lazy":
+		c.lazyID = true
+	default:
+		return c, withCode(C.GPUHELPER_EENV, fmt.Errorf("GPUHELPER_NCCL_ID=%q, expected \"init\" (the default) or \"lazy\"", v))
+	}
 	return c, nil
 }
+
+// errLazy is rank 0's answer at init under GPUHELPER_NCCL_ID=lazy. It travels like a failure to
+// make the ID, so every rank agrees that there is none yet, whatever its own environment says.
+var errLazy = fmt.Errorf("%w: not made at init: GPUHELPER_NCCL_ID=lazy on rank 0; "+
+	"gpuhelper_nccl_id makes it when asked", errNCCL)
 
 // state is the library's one session; mu serialises every call, so collectives keep their order
 // within the process and init runs once.
@@ -122,25 +142,64 @@ var state struct {
 	info   pmixkv.Info
 	gpu    gpusel.Choice
 	id     ncclid.ID
+	idErr  error          // why there is no world ID (id is zero), nil when there is one
+	origin ncclid.Origin  // the NCCL that made id on rank 0
 	userFn unsafe.Pointer // from gpuhelper_set_nccl_get_unique_id
-	libs   map[string]ncclid.Generator
+	libs   map[string]*ncclid.Library
+	// released says why PMIx was released in this process (gpuhelper_finalize, or an init
+	// that failed after connecting): a PMIx client cannot initialise again (PMIx 4.2 then
+	// answers NOT-FOUND for its own job data), so init refuses from then on.
+	released string
+}
+
+// aborter is the session's KV for gpuhelper_abort, which must not wait for state.mu: another
+// thread may hold it for up to GPUHELPER_TIMEOUT in a collective that the abort is meant to end.
+var aborter atomic.Pointer[pmixkv.Aborter]
+
+// release closes kv and remembers why: no init after this.
+func release(kv pmixkv.KV, why string) error {
+	if state.released == "" {
+		state.released = why
+	}
+	aborter.Store(nil)
+	return kv.Close()
+}
+
+// library returns the Library for a GPUHELPER_NCCL_LIBRARY value, one per value.
+func library(name string) *ncclid.Library {
+	if state.libs == nil {
+		state.libs = map[string]*ncclid.Library{}
+	}
+	if state.libs[name] == nil {
+		state.libs[name] = ncclid.Lib(name)
+	}
+	return state.libs[name]
+}
+
+// localOrigin describes the NCCL this process would make IDs with, loading nothing: the
+// caller's function, else what the Library resolved, else the process's own symbol.
+func localOrigin(name string) func() ncclid.Origin {
+	return func() ncclid.Origin {
+		fn := state.userFn
+		if fn == nil {
+			fn = library(name).Resolved()
+		}
+		if fn == nil {
+			fn = ncclid.InProcess()
+		}
+		return ncclid.Describe(fn)
+	}
 }
 
 // newID is the Exchanger's generator: the caller's function, else the process's own symbol or
 // the configured library.
-func newID(library string) ncclid.Generator {
+func newID(name string) ncclid.Generator {
 	return func() (ncclid.ID, error) {
 		var gen ncclid.Generator
 		if state.userFn != nil {
 			gen = ncclid.Func(state.userFn)
 		} else {
-			if state.libs == nil {
-				state.libs = map[string]ncclid.Generator{}
-			}
-			if state.libs[library] == nil {
-				state.libs[library] = ncclid.Lib(library)
-			}
-			gen = state.libs[library]
+			gen = library(name).NewID
 		}
 		id, err := gen()
 		if err != nil {
@@ -154,6 +213,11 @@ func initLocked() error {
 	if state.kv != nil {
 		return nil
 	}
+	if state.released != "" {
+		return withCode(C.GPUHELPER_EFINALIZED, fmt.Errorf("gpuhelper_init: the library released PMIx in this "+
+			"process (%s), and a PMIx client cannot initialise twice: call gpuhelper_init once, and "+
+			"gpuhelper_finalize only when the process is done with the library", state.released))
+	}
 	cfg, err := readConfig()
 	if err != nil {
 		return err
@@ -165,19 +229,34 @@ func initLocked() error {
 	info := kv.Info()
 	gpu, err := gpusel.Choose(gpusel.Input{LookupEnv: lookupEnv, Root: getenv("GPUHELPER_SYSROOT"), LocalRank: info.LocalRank})
 	if err != nil {
-		kv.Close()
+		release(kv, "gpuhelper_init failed choosing the GPU")
 		return withCode(C.GPUHELPER_EGPU, err)
 	}
 	if state.ex == nil {
 		state.ex = &ncclid.Exchanger{}
 	}
 	state.ex.KV, state.ex.Mode, state.ex.Timeout, state.ex.NewID = kv, cfg.mode, cfg.timeout, newID(cfg.library)
-	id, err := state.ex.World()
-	if err != nil {
-		kv.Close()
-		return err
+	state.ex.Getenv, state.ex.Local = getenv, localOrigin(cfg.library)
+	// The world ID is made here, so that programs that read info.nccl_id after init (every 1.0
+	// program) keep working. Failing to make it is not fatal: every rank learns of it from the
+	// root in the same exchange, so all agree that there is no ID, and gpuhelper_nccl_id can try
+	// again later. Other failures (timeout, PMIx) are.
+	// A rank whose NCCL version differs from rank 0's fails here (ncclid.ErrVersion): it
+	// could not use the ID.
+	if cfg.lazyID {
+		state.ex.NewID = func() (ncclid.ID, error) { return ncclid.ID{}, errLazy }
 	}
-	state.kv, state.cfg, state.info, state.gpu, state.id = kv, cfg, info, gpu, id
+	id, origin, idErr := state.ex.WorldOrigin()
+	state.ex.NewID = newID(cfg.library)
+	if idErr != nil && !isNCCL(idErr) {
+		release(kv, "gpuhelper_init failed getting the NCCL ID")
+		return idErr
+	}
+	state.kv, state.cfg, state.info, state.gpu, state.id, state.idErr = kv, cfg, info, gpu, id, idErr
+	if a, ok := kv.(pmixkv.Aborter); ok {
+		aborter.Store(&a)
+	}
+	state.origin = origin
 	return nil
 }
 
@@ -200,6 +279,10 @@ func fill(out *C.gpuhelper_info_t) {
 	for i, b := range state.id {
 		out.nccl_id[i] = C.uchar(b)
 	}
+	out.flags = 0
+	if state.idErr == nil {
+		out.flags |= C.GPUHELPER_INFO_NCCL_ID
+	}
 }
 
 // report writes err into the caller's buffer and returns its code.
@@ -220,15 +303,77 @@ func guard(rc *C.int, buf *C.char, n C.size_t) {
 	}
 }
 
+// ghGoInit: needID is set for callers built against the 1.0 header, which has no flags field
+// to say that nccl_id is missing; for them no world ID stays an error (GPUHELPER_ENCCL), as in
+// 1.0.
+//
 //export ghGoInit
-func ghGoInit(info *C.gpuhelper_info_t, buf *C.char, n C.size_t) (rc C.int) {
+func ghGoInit(info *C.gpuhelper_info_t, needID C.int, buf *C.char, n C.size_t) (rc C.int) {
 	defer guard(&rc, buf, n)
 	state.mu.Lock()
 	defer state.mu.Unlock()
+	fresh := state.kv == nil
 	if err := initLocked(); err != nil {
 		return report(err, buf, n)
 	}
+	if needID != 0 && state.idErr != nil {
+		if fresh {
+			// As 1.0 did: a failed init leaves the library uninitialised (PMIx finalized).
+			release(state.kv, "gpuhelper_init failed: no NCCL ID for a 1.0 program")
+			state.kv = nil
+		}
+		return report(fmt.Errorf("%w (this program was built against the 1.0 header, where "+
+			"gpuhelper_init needs the NCCL ID; rebuild against 1.1 to run without NCCL)", state.idErr), buf, n)
+	}
 	fill(info)
+	return 0
+}
+
+//export ghGoNcclID
+func ghGoNcclID(out *C.uchar, buf *C.char, n C.size_t) (rc C.int) {
+	defer guard(&rc, buf, n)
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	if err := needInit(); err != nil {
+		return report(err, buf, n)
+	}
+	if state.idErr != nil {
+		// Every rank saw the same failure at init, so every rank is here: a new collective.
+		id, origin, err := state.ex.WorldOrigin()
+		if err != nil {
+			if isNCCL(err) {
+				state.idErr = err
+			}
+			return report(fmt.Errorf("gpuhelper_nccl_id: no world NCCL ID: %w", err), buf, n)
+		}
+		state.id, state.origin, state.idErr = id, origin, nil
+	}
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(out)), ncclid.Bytes), state.id[:])
+	return 0
+}
+
+//export ghGoNcclOrigin
+func ghGoNcclOrigin(version *C.int, lib *C.char, libBytes C.size_t, buf *C.char, n C.size_t) (rc C.int) {
+	defer guard(&rc, buf, n)
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	if err := needInit(); err != nil {
+		return report(err, buf, n)
+	}
+	if state.idErr != nil {
+		return report(fmt.Errorf("gpuhelper_nccl_origin: there is no world NCCL ID: %w", state.idErr), buf, n)
+	}
+	o := state.origin
+	if lib != nil {
+		if uint64(libBytes) < uint64(len(o.Library))+1 {
+			return report(withCode(C.GPUHELPER_EINVAL, fmt.Errorf("gpuhelper_nccl_origin: library_bytes %d, "+
+				"expected at least %d for %q and its NUL", libBytes, len(o.Library)+1, o.Library)), buf, n)
+		}
+		setCString(unsafe.Slice(lib, int(libBytes)), o.Library)
+	}
+	if version != nil {
+		*version = C.int(o.Version)
+	}
 	return 0
 }
 
@@ -249,7 +394,7 @@ func ghGoFinalize(buf *C.char, n C.size_t) (rc C.int) {
 	if err != nil {
 		err = fmt.Errorf("gpuhelper_finalize: waiting for the other ranks: %w", err)
 	}
-	if cerr := state.kv.Close(); err == nil {
+	if cerr := release(state.kv, "gpuhelper_finalize was called"); err == nil {
 		err = cerr
 	}
 	state.kv = nil
@@ -353,4 +498,105 @@ func ghGoGroupID(color C.int, g *C.gpuhelper_group_t, buf *C.char, n C.size_t) (
 		g.nccl_id[i] = C.uchar(b)
 	}
 	return 0
+}
+
+// collErr gives a collective's errors their codes: bad sizes are the caller's input.
+func collErr(err error) error {
+	if errors.Is(err, ncclid.ErrSize) {
+		return withCode(C.GPUHELPER_EINVAL, err)
+	}
+	return err
+}
+
+//export ghGoBarrier
+func ghGoBarrier(buf *C.char, n C.size_t) (rc C.int) {
+	defer guard(&rc, buf, n)
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	if err := needInit(); err != nil {
+		return report(err, buf, n)
+	}
+	return report(state.ex.Barrier(), buf, n)
+}
+
+//export ghGoBcast
+func ghGoBcast(root C.int, data unsafe.Pointer, size C.size_t, buf *C.char, n C.size_t) (rc C.int) {
+	defer guard(&rc, buf, n)
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	if err := needInit(); err != nil {
+		return report(err, buf, n)
+	}
+	in := state.info
+	switch {
+	case root < 0 || int(root) >= in.Size:
+		return report(withCode(C.GPUHELPER_EINVAL, fmt.Errorf("gpuhelper_bcast: root %d, expected 0..%d (the job size - 1)", root, in.Size-1)), buf, n)
+	case uint64(size) > ncclid.MaxCollBytes:
+		return report(withCode(C.GPUHELPER_EINVAL, fmt.Errorf("gpuhelper_bcast: len %d, expected at most GPUHELPER_COLL_MAX_BYTES (%d)", size, ncclid.MaxCollBytes)), buf, n)
+	case data == nil && size > 0:
+		return report(withCode(C.GPUHELPER_EINVAL, fmt.Errorf("gpuhelper_bcast: buf is NULL with len %d", size)), buf, n)
+	}
+	var mine []byte
+	if int(root) == in.Rank {
+		mine = C.GoBytes(data, C.int(size))
+	}
+	got, err := state.ex.Bcast(int(root), mine, int(size))
+	if err != nil {
+		return report(collErr(fmt.Errorf("gpuhelper_bcast: %w", err)), buf, n)
+	}
+	if int(root) != in.Rank && size > 0 {
+		copy(unsafe.Slice((*byte)(data), int(size)), got)
+	}
+	return 0
+}
+
+//export ghGoAllgather
+func ghGoAllgather(data unsafe.Pointer, size C.size_t, out unsafe.Pointer, outBytes C.size_t, buf *C.char, n C.size_t) (rc C.int) {
+	defer guard(&rc, buf, n)
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	if err := needInit(); err != nil {
+		return report(err, buf, n)
+	}
+	ranks := uint64(state.info.Size)
+	switch {
+	case uint64(size) > ncclid.MaxCollBytes:
+		return report(withCode(C.GPUHELPER_EINVAL, fmt.Errorf("gpuhelper_allgather: len %d, expected at most GPUHELPER_COLL_MAX_BYTES (%d)", size, ncclid.MaxCollBytes)), buf, n)
+	case data == nil && size > 0:
+		return report(withCode(C.GPUHELPER_EINVAL, fmt.Errorf("gpuhelper_allgather: buf is NULL with len %d", size)), buf, n)
+	case out == nil && size > 0:
+		return report(withCode(C.GPUHELPER_EINVAL, errors.New("gpuhelper_allgather: out is NULL")), buf, n)
+	case uint64(outBytes) < ranks*uint64(size):
+		return report(withCode(C.GPUHELPER_EINVAL, fmt.Errorf("gpuhelper_allgather: out_bytes %d, expected at least size*len = %d*%d = %d",
+			outBytes, ranks, size, ranks*uint64(size))), buf, n)
+	}
+	all, err := state.ex.Allgather(C.GoBytes(data, C.int(size)))
+	if err != nil {
+		return report(collErr(fmt.Errorf("gpuhelper_allgather: %w", err)), buf, n)
+	}
+	if size > 0 {
+		dst := unsafe.Slice((*byte)(out), int(ranks)*int(size))
+		for r, b := range all {
+			copy(dst[r*int(size):], b)
+		}
+	}
+	return 0
+}
+
+// ghGoAbort asks the PMIx server to end the job. It returns 0 when the request went out; the C
+// side exits the process either way. It takes no lock (see aborter).
+//
+//export ghGoAbort
+func ghGoAbort(code C.int, msg *C.char, buf *C.char, n C.size_t) (rc C.int) {
+	defer guard(&rc, buf, n)
+	a := aborter.Load()
+	if a == nil {
+		return report(withCode(C.GPUHELPER_ENOSERVER, errors.New("gpuhelper_abort: no PMIx session to end the job "+
+			"through (no server, gpuhelper_init not run, or finalized): ending this process only")), buf, n)
+	}
+	m := ""
+	if msg != nil {
+		m = C.GoString(msg)
+	}
+	return report((*a).Abort(int(code), m), buf, n)
 }

@@ -5,6 +5,8 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,15 +21,103 @@
 
 static pid_t gh_pid;
 
+/* The structs as released in 1.0, frozen: a program built against the 1.0 header passes these
+ * sizes in struct_size, and must keep working with every later 1.x library. Fields are only
+ * ever appended, so a caller's struct is a prefix of ours (or ours of a newer caller's): the
+ * library accepts any struct_size from the 1.0 size up and fills min(struct_size, sizeof). */
+struct gh_info_1_0 {
+    size_t struct_size;
+    int rank, size;
+    int local_rank, local_size;
+    int node_id, num_nodes;
+    int cuda_device;
+    char pci_bus_id[32];
+    char gpu_uuid[96];
+    unsigned char nccl_id[GPUHELPER_NCCL_ID_BYTES];
+};
+struct gh_group_1_0 {
+    size_t struct_size;
+    int color;
+    int rank, size;
+    int root;
+    unsigned char nccl_id[GPUHELPER_NCCL_ID_BYTES];
+};
+#define GH_INFO_SIZE_1_0 sizeof(struct gh_info_1_0)
+#define GH_GROUP_SIZE_1_0 sizeof(struct gh_group_1_0)
+_Static_assert(offsetof(gpuhelper_info_t, nccl_id) == offsetof(struct gh_info_1_0, nccl_id),
+               "gpuhelper_info_t: the 1.0 fields must keep their offsets");
+_Static_assert(offsetof(gpuhelper_group_t, nccl_id) == offsetof(struct gh_group_1_0, nccl_id),
+               "gpuhelper_group_t: the 1.0 fields must keep their offsets");
+/* So that struct_size tells a 1.0 caller from a 1.1 one, the first 1.1 field must start past the
+ * end of the 1.0 struct (its tail padding included). */
+_Static_assert(offsetof(gpuhelper_info_t, flags) >= GH_INFO_SIZE_1_0,
+               "gpuhelper_info_t.flags overlaps the 1.0 struct");
+_Static_assert(sizeof(gpuhelper_info_t) >= GH_INFO_SIZE_1_0 && sizeof(gpuhelper_group_t) >= GH_GROUP_SIZE_1_0,
+               "the structs only grow");
+
+static size_t gh_min(size_t a, size_t b) { return a < b ? a : b; }
+
 /* Runs when the library is loaded, as does the Go runtime: that pid owns the Go threads. */
 __attribute__((constructor)) static void gh_record_pid(void) { gh_pid = getpid(); }
 
-/* Details of the calling thread's last failure. */
-static __thread char gh_err[1024];
+/* Details of the calling thread's last failure: a heap buffer of GH_ERR_BYTES, made on the
+ * thread's first call into the library and freed when the thread exits. Only a pointer lives
+ * in TLS: a library that is dlopen'ed (by Python, by a plugin host) must keep its static TLS
+ * small, since glibc has only a small surplus of it for libraries loaded after start ("cannot
+ * allocate memory in static TLS block"). */
+#define GH_ERR_BYTES 1024
+static __thread char *gh_err;
+static __thread int gh_err_nomem; /* a failure found no memory for its message */
+static pthread_key_t gh_err_key;  /* only to free the buffer at thread exit */
+static pthread_once_t gh_err_once = PTHREAD_ONCE_INIT;
+static int gh_err_key_ok;
+
+static void gh_err_free(void *p)
+{
+    if (gh_err == p)
+        gh_err = NULL;
+    free(p);
+}
+
+static void gh_err_make_key(void) { gh_err_key_ok = pthread_key_create(&gh_err_key, gh_err_free) == 0; }
+
+/* gh_errbuf returns the calling thread's buffer, made on first use; NULL without memory. */
+static char *gh_errbuf(void)
+{
+    char *b;
+    if (gh_err != NULL)
+        return gh_err;
+    b = calloc(1, GH_ERR_BYTES);
+    if (b == NULL) {
+        gh_err_nomem = 1;
+        return NULL;
+    }
+    /* Without the key the buffer is not freed at thread exit: a leak, but the message works. */
+    if (pthread_once(&gh_err_once, gh_err_make_key) == 0 && gh_err_key_ok)
+        (void)pthread_setspecific(gh_err_key, b);
+    gh_err = b;
+    gh_err_nomem = 0;
+    return b;
+}
+
+/* The buffer and its size for the Go side, which writes its messages there (size 0: none). */
+static size_t gh_errlen(void) { return gh_errbuf() != NULL ? GH_ERR_BYTES : 0; }
+#define GH_ERR gh_errbuf(), gh_errlen()
+
+__attribute__((format(printf, 1, 2))) static void gh_errf(const char *fmt, ...)
+{
+    char *b = gh_errbuf();
+    va_list ap;
+    if (b == NULL)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(b, GH_ERR_BYTES, fmt, ap);
+    va_end(ap);
+}
 
 static int gh_fail(int rc, const char *msg)
 {
-    snprintf(gh_err, sizeof(gh_err), "gpuhelper: %s", msg);
+    gh_errf("gpuhelper: %s", msg);
     return rc;
 }
 
@@ -35,10 +125,9 @@ static int gh_forked(void)
 {
     if (getpid() == gh_pid)
         return 0;
-    snprintf(gh_err, sizeof(gh_err),
-             "gpuhelper: called in pid %ld, a fork of pid %ld that has not exec'd; the library "
-             "(its Go runtime) cannot run there: call it before fork or after exec",
-             (long)getpid(), (long)gh_pid);
+    gh_errf("gpuhelper: called in pid %ld, a fork of pid %ld that has not exec'd; the library "
+            "(its Go runtime) cannot run there: call it before fork or after exec",
+            (long)getpid(), (long)gh_pid);
     return 1;
 }
 
@@ -69,20 +158,22 @@ GH_EXPORT int gpuhelper_init(gpuhelper_info_t *info)
     if (info == NULL)
         return gh_fail(GPUHELPER_EINVAL, "gpuhelper_init: info is NULL");
     size = info->struct_size;
-    if (size < sizeof(gpuhelper_info_t)) {
-        snprintf(gh_err, sizeof(gh_err),
-                 "gpuhelper: gpuhelper_init: info->struct_size is %zu, expected sizeof(gpuhelper_info_t) = %zu",
-                 size, sizeof(gpuhelper_info_t));
+    if (size < GH_INFO_SIZE_1_0) {
+        gh_errf("gpuhelper: gpuhelper_init: info->struct_size is %zu, expected sizeof(gpuhelper_info_t) "
+                "(%zu in this library, at least %zu: the 1.0 size)",
+                size, sizeof(gpuhelper_info_t), GH_INFO_SIZE_1_0);
         return GPUHELPER_EINVAL;
     }
     if (pthread_once(&gh_order_once, gh_set_cuda_order) != 0)
         return gh_fail(GPUHELPER_EINTERNAL, "pthread_once failed");
     memset(&tmp, 0, sizeof(tmp));
-    rc = ghGoInit(&tmp, gh_err, sizeof(gh_err));
+    /* A 1.0 caller has no flags field to learn that nccl_id is missing: it needs the ID. */
+    rc = ghGoInit(&tmp, size < offsetof(gpuhelper_info_t, flags) + sizeof(tmp.flags), GH_ERR);
     if (rc != 0)
         return rc;
-    /* A caller built against a newer header may pass a larger struct: fill what we know. */
-    memcpy(info, &tmp, sizeof(tmp));
+    /* A caller built against an older header passes a smaller struct, one built against a newer
+     * header a larger one: fill the fields both know, leave the caller's others alone. */
+    memcpy(info, &tmp, gh_min(size, sizeof(tmp)));
     info->struct_size = size;
     return 0;
 }
@@ -91,7 +182,62 @@ GH_EXPORT int gpuhelper_finalize(void)
 {
     if (gh_forked())
         return GPUHELPER_EFORK;
-    return ghGoFinalize(gh_err, sizeof(gh_err));
+    return ghGoFinalize(GH_ERR);
+}
+
+GH_EXPORT int gpuhelper_nccl_id(void *id)
+{
+    if (gh_forked())
+        return GPUHELPER_EFORK;
+    if (id == NULL)
+        return gh_fail(GPUHELPER_EINVAL, "gpuhelper_nccl_id: id is NULL");
+    return ghGoNcclID(id, GH_ERR);
+}
+
+GH_EXPORT int gpuhelper_nccl_origin(int *version, char *library, size_t library_bytes)
+{
+    if (gh_forked())
+        return GPUHELPER_EFORK;
+    if (library != NULL && library_bytes == 0)
+        return gh_fail(GPUHELPER_EINVAL, "gpuhelper_nccl_origin: library_bytes is 0, expected the size of library");
+    return ghGoNcclOrigin(version, library, library_bytes, GH_ERR);
+}
+
+GH_EXPORT int gpuhelper_barrier(void)
+{
+    if (gh_forked())
+        return GPUHELPER_EFORK;
+    return ghGoBarrier(GH_ERR);
+}
+
+GH_EXPORT int gpuhelper_bcast(int root, void *buf, size_t len)
+{
+    if (gh_forked())
+        return GPUHELPER_EFORK;
+    return ghGoBcast(root, buf, len, GH_ERR);
+}
+
+GH_EXPORT int gpuhelper_allgather(const void *buf, size_t len, void *out, size_t out_bytes)
+{
+    if (gh_forked())
+        return GPUHELPER_EFORK;
+    return ghGoAllgather((void *)buf, len, out, out_bytes, GH_ERR); /* Go only reads buf */
+}
+
+/* Ends the job through PMIx when it can, and this process in any case: it must not return. */
+GH_EXPORT int gpuhelper_abort(int code, const char *msg)
+{
+    if (code == 0)
+        return gh_fail(GPUHELPER_EINVAL, "gpuhelper_abort: code 0, expected a nonzero exit status");
+    fprintf(stderr, "gpuhelper: gpuhelper_abort(%d) in pid %ld: %s\n", code, (long)getpid(), msg ? msg : "");
+    fflush(stderr);
+    /* Go only reads msg; cgo exports take no const. */
+    if (!gh_forked() && ghGoAbort(code, (char *)msg, GH_ERR) != 0) {
+        fprintf(stderr, "%s\n", gpuhelper_last_error());
+        fflush(stderr);
+    }
+    /* The shell sees the low 8 bits: keep a failure a failure (256 would read as success). */
+    exit((code & 0xff) != 0 ? code & 0xff : 1);
 }
 
 GH_EXPORT int gpuhelper_set_nccl_get_unique_id(gpuhelper_nccl_get_unique_id_fn fn)
@@ -100,21 +246,21 @@ GH_EXPORT int gpuhelper_set_nccl_get_unique_id(gpuhelper_nccl_get_unique_id_fn f
     if (gh_forked())
         return GPUHELPER_EFORK;
     memcpy(&p, &fn, sizeof(p) < sizeof(fn) ? sizeof(p) : sizeof(fn));
-    return ghGoSetNcclFn(p, gh_err, sizeof(gh_err));
+    return ghGoSetNcclFn(p, GH_ERR);
 }
 
 GH_EXPORT int gpuhelper_scalable_count(void)
 {
     if (gh_forked())
         return GPUHELPER_EFORK;
-    return ghGoScalableCount(gh_err, sizeof(gh_err));
+    return ghGoScalableCount(GH_ERR);
 }
 
 GH_EXPORT int gpuhelper_scalable_ids(int nids, unsigned char *ids, size_t ids_bytes)
 {
     if (gh_forked())
         return GPUHELPER_EFORK;
-    return ghGoScalableIDs(nids, ids, ids_bytes, gh_err, sizeof(gh_err));
+    return ghGoScalableIDs(nids, ids, ids_bytes, GH_ERR);
 }
 
 GH_EXPORT int gpuhelper_group_id(int color, gpuhelper_group_t *group)
@@ -128,17 +274,17 @@ GH_EXPORT int gpuhelper_group_id(int color, gpuhelper_group_t *group)
     if (group == NULL)
         return gh_fail(GPUHELPER_EINVAL, "gpuhelper_group_id: group is NULL");
     size = group->struct_size;
-    if (size < sizeof(gpuhelper_group_t)) {
-        snprintf(gh_err, sizeof(gh_err),
-                 "gpuhelper: gpuhelper_group_id: group->struct_size is %zu, expected sizeof(gpuhelper_group_t) = %zu",
-                 size, sizeof(gpuhelper_group_t));
+    if (size < GH_GROUP_SIZE_1_0) {
+        gh_errf("gpuhelper: gpuhelper_group_id: group->struct_size is %zu, expected sizeof(gpuhelper_group_t) "
+                "(%zu in this library, at least %zu: the 1.0 size)",
+                size, sizeof(gpuhelper_group_t), GH_GROUP_SIZE_1_0);
         return GPUHELPER_EINVAL;
     }
     memset(&tmp, 0, sizeof(tmp));
-    rc = ghGoGroupID(color, &tmp, gh_err, sizeof(gh_err));
+    rc = ghGoGroupID(color, &tmp, GH_ERR);
     if (rc != 0)
         return rc;
-    memcpy(group, &tmp, sizeof(tmp));
+    memcpy(group, &tmp, gh_min(size, sizeof(tmp)));
     group->struct_size = size;
     return 0;
 }
@@ -151,17 +297,23 @@ GH_EXPORT const char *gpuhelper_strerror(int err)
     case GPUHELPER_ENOSERVER: return "GPUHELPER_ENOSERVER: no PMIx server for a job of several processes (launch with srun --mpi=pmix)";
     case GPUHELPER_EPMIX: return "GPUHELPER_EPMIX: a PMIx call failed";
     case GPUHELPER_ETIMEOUT: return "GPUHELPER_ETIMEOUT: another rank's data did not arrive in time (GPUHELPER_TIMEOUT)";
-    case GPUHELPER_ENCCL: return "GPUHELPER_ENCCL: ncclGetUniqueId is missing or failed";
+    case GPUHELPER_ENCCL: return "GPUHELPER_ENCCL: no NCCL ID (ncclGetUniqueId missing or failed, NCCL versions differ, or NCCL_COMM_ID)";
     case GPUHELPER_EFORK: return "GPUHELPER_EFORK: called in a forked child that has not exec'd";
     case GPUHELPER_EGPU: return "GPUHELPER_EGPU: GPU selection variables (GPUBIND_*, CUDA_VISIBLE_DEVICES) are malformed";
     case GPUHELPER_ENOTINIT: return "GPUHELPER_ENOTINIT: gpuhelper_init has not succeeded";
     case GPUHELPER_EENV: return "GPUHELPER_EENV: a GPUHELPER_* environment variable is malformed";
     case GPUHELPER_EINTERNAL: return "GPUHELPER_EINTERNAL: internal error";
+    case GPUHELPER_EFINALIZED: return "GPUHELPER_EFINALIZED: gpuhelper_init after PMIx was released (gpuhelper_finalize): a process initialises once";
     }
     return "GPUHELPER_E?: unknown error code";
 }
 
-GH_EXPORT const char *gpuhelper_last_error(void) { return gh_err; }
+GH_EXPORT const char *gpuhelper_last_error(void)
+{
+    if (gh_err != NULL)
+        return gh_err;
+    return gh_err_nomem ? "gpuhelper: out of memory (no room for the error message)" : "";
+}
 
 GH_EXPORT const char *gpuhelper_version(void)
 {

@@ -7,10 +7,17 @@
 
 typedef int (*ni_get_unique_id_fn)(void *id);
 
-/* ni_resolve returns the process's own ncclGetUniqueId (dlsym RTLD_DEFAULT), else the one of
- * lib (dlopen'd, kept open), else NULL with a reason in err. *from says which: 1 process,
+/* ni_in_process returns the process's own ncclGetUniqueId (dlsym RTLD_DEFAULT), or NULL. It
+ * loads nothing, and it cannot see an NCCL linked statically into a program: such programs pass
+ * their function with gpuhelper_set_nccl_get_unique_id. */
+void *ni_in_process(void);
+/* ni_resolve returns the process's own ncclGetUniqueId, else the one of lib (dlopen'd with
+ * RTLD_LOCAL, kept open), else NULL with a reason in err. *from says which: 1 process,
  * 2 dlopen. */
 void *ni_resolve(const char *lib, int *from, char *err, size_t errlen);
+/* ni_describe finds the file that holds fn (dladdr) and, when that same file exports
+ * ncclGetVersion, its version; loads nothing. Returns 0, or -1 when fn is in no loaded file. */
+int ni_describe(void *fn, char *path, size_t pathlen, int *version);
 /* ni_call calls fn(out) and returns its ncclResult_t. */
 int ni_call(void *fn, void *out);
 

@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -94,6 +95,15 @@ func ParseMode(s string) (Mode, error) {
 // ErrRoot marks an error reported by a root that could not create its ID.
 var ErrRoot = errors.New("root failed to create the NCCL ID")
 
+// ErrCommID marks IDs refused because they would collide: with NCCL_COMM_ID set, NCCL's
+// ncclGetUniqueId returns that fixed address every time, so the IDs of different communicators
+// are the same bytes and their ranks would all meet at one address.
+var ErrCommID = errors.New("NCCL IDs would collide (NCCL_COMM_ID)")
+
+// ErrVersion marks an ID made by a root whose NCCL version differs from this rank's: the ranks
+// could not form a communicator with it (ncclCommInitRank fails or hangs).
+var ErrVersion = errors.New("NCCL versions differ between ranks")
+
 // Exchanger distributes IDs over KV. Its methods are collective: every rank of the job calls
 // them in the same order. It is safe for concurrent use, but concurrent collectives would be
 // ordered differently on different ranks, so callers serialise them.
@@ -102,9 +112,16 @@ type Exchanger struct {
 	NewID   Generator
 	Mode    Mode
 	Timeout time.Duration // for each Get and Fence; <= 0 means wait forever
+	// Getenv reads this process's environment (nil: os.Getenv); a root looks at NCCL_COMM_ID
+	// before it creates an ID that is not the world ID.
+	Getenv func(string) string
+	// Local describes this process's NCCL without loading one (nil: unknown). A root publishes
+	// it with each ID; other ranks compare it with theirs and refuse an ID from another version.
+	Local func() Origin
 
-	mu  sync.Mutex
-	seq uint64
+	mu   sync.Mutex
+	seq  uint64
+	made map[ID]bool // every ID this process created: a repeat means NCCL_COMM_ID is in force
 }
 
 // next returns the sequence number of the next collective.
@@ -115,13 +132,19 @@ func (e *Exchanger) next() uint64 {
 	return e.seq
 }
 
-// World returns one ID created by rank 0.
+// World returns one ID created by rank 0. It is the one ID that NCCL_COMM_ID allows.
 func (e *Exchanger) World() (ID, error) {
-	ids, err := e.exchange(e.next(), e.KV.Info().Rank == 0, []int{0})
+	id, _, err := e.WorldOrigin()
+	return id, err
+}
+
+// WorldOrigin is World, and also says which NCCL made the ID on rank 0.
+func (e *Exchanger) WorldOrigin() (ID, Origin, error) {
+	ids, origins, err := e.exchange(e.next(), e.KV.Info().Rank == 0, []int{0}, false)
 	if err != nil {
-		return ID{}, err
+		return ID{}, Origin{}, err
 	}
-	return ids[0], nil
+	return ids[0], origins[0], nil
 }
 
 // Scalable returns n IDs for ncclCommInitRankScalable, created by the ranks RootRanks names;
@@ -139,7 +162,8 @@ func (e *Exchanger) Scalable(n int) ([]ID, error) {
 	for _, r := range roots {
 		isRoot = isRoot || r == in.Rank
 	}
-	return e.exchange(e.next(), isRoot, roots)
+	ids, _, err := e.exchange(e.next(), isRoot, roots, true)
+	return ids, err
 }
 
 // Group is a sub-communicator's view from one rank.
@@ -185,7 +209,7 @@ func (e *Exchanger) Group(color int) (Group, error) {
 	if g.Rank < 0 {
 		return Group{}, fmt.Errorf("ncclid: rank %d is not among its group's members %v", in.Rank, members)
 	}
-	ids, err := e.exchange(seq, g.Rank == 0, []int{g.Root})
+	ids, _, err := e.exchange(seq, g.Rank == 0, []int{g.Root}, true)
 	if err != nil {
 		return Group{}, err
 	}
@@ -228,61 +252,136 @@ func (e *Exchanger) colorMembers(seq uint64, color int) ([]int, error) {
 	return members, nil
 }
 
-// exchange: if isRoot, create an ID and publish it (or the failure) under this collective's
-// key; then read the ID of every rank in roots.
-func (e *Exchanger) exchange(seq uint64, isRoot bool, roots []int) ([]ID, error) {
+// create makes this root's ID. distinct says the ID must differ from the world ID and from
+// every other (scalable and group IDs): refused while NCCL_COMM_ID is set. Any ID that repeats
+// one this process made before is refused too (NCCL_COMM_ID may come from nccl.conf, out of
+// sight of the environment).
+func (e *Exchanger) create(distinct bool) (ID, error) {
+	getenv := e.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if v := getenv("NCCL_COMM_ID"); distinct && v != "" {
+		return ID{}, fmt.Errorf("ncclid: NCCL_COMM_ID=%q is set, so ncclGetUniqueId returns that one address "+
+			"for every ID and the scalable and group IDs would all be the same; unset NCCL_COMM_ID "+
+			"(it serves one communicator only): %w", v, ErrCommID)
+	}
+	if e.NewID == nil {
+		return ID{}, errors.New("ncclid: no ID generator configured")
+	}
+	id, err := e.NewID()
+	if err != nil {
+		return ID{}, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.made[id] {
+		return ID{}, fmt.Errorf("ncclid: ncclGetUniqueId returned an ID it had returned before (%v...): "+
+			"NCCL_COMM_ID is in force (environment or nccl.conf), which makes every ID the same; "+
+			"unset it to create more than one ID: %w", id, ErrCommID)
+	}
+	if e.made == nil {
+		e.made = map[ID]bool{}
+	}
+	e.made[id] = true
+	return id, nil
+}
+
+// The value a root publishes: a tag byte, then
+//
+//	tagFailed: the root's error message
+//	tagID:     the ID (libgpuhelper 1.0)
+//	tagOrigin: the ID, its NCCL version (4 bytes, big endian, 0 = unknown), the library's path
+const (
+	tagFailed = 0
+	tagID     = 1
+	tagOrigin = 2
+)
+
+func encode(id ID, o Origin) []byte {
+	v := append([]byte{tagOrigin}, id[:]...)
+	v = binary.BigEndian.AppendUint32(v, uint32(max(o.Version, 0)))
+	return append(v, o.Library...)
+}
+
+// exchange: if isRoot, create an ID (distinct: see create) and publish it (or the failure)
+// under this collective's key; then read the ID of every rank in roots, with the NCCL that
+// made it.
+func (e *Exchanger) exchange(seq uint64, isRoot bool, roots []int, distinct bool) ([]ID, []Origin, error) {
 	in := e.KV.Info()
 	key := fmt.Sprintf("gpubind.ncclid.%d", seq)
 	var own ID
+	var ownOrigin Origin
 	var ownErr error
-	if isRoot {
-		if e.NewID == nil {
-			ownErr = errors.New("ncclid: no ID generator configured")
-		} else {
-			own, ownErr = e.NewID()
+	// This rank's NCCL, looked at once, after a root has created its ID (and so resolved it).
+	var mine *Origin
+	local := func() Origin {
+		if mine == nil {
+			mine = &Origin{}
+			if e.Local != nil {
+				*mine = e.Local()
+			}
 		}
+		return *mine
+	}
+	if isRoot {
+		own, ownErr = e.create(distinct)
 		// Publish the failure too, so the other ranks fail at once instead of timing out.
-		val := append([]byte{1}, own[:]...)
+		var val []byte
 		if ownErr != nil {
-			val = append([]byte{0}, ownErr.Error()...)
+			val = append([]byte{tagFailed}, ownErr.Error()...)
+		} else {
+			ownOrigin = local()
+			val = encode(own, ownOrigin)
 		}
 		if err := e.KV.Put(key, val); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := e.KV.Commit(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if e.Mode == Fenced {
 		if err := e.KV.Fence(true, e.Timeout); err != nil {
-			return nil, fmt.Errorf("ncclid: fence after publishing NCCL IDs: %w", err)
+			return nil, nil, fmt.Errorf("ncclid: fence after publishing NCCL IDs: %w", err)
 		}
 	}
 	if ownErr != nil {
-		return nil, ownErr
+		return nil, nil, ownErr
 	}
 	ids := make([]ID, len(roots))
+	origins := make([]Origin, len(roots))
 	for i, r := range roots {
 		if r == in.Rank && isRoot {
-			ids[i] = own
+			ids[i], origins[i] = own, ownOrigin
 			continue
 		}
 		v, err := e.KV.Get(r, key, e.Timeout)
 		if err != nil {
 			if errors.Is(err, pmixkv.ErrTimeout) {
-				return nil, fmt.Errorf("ncclid: no NCCL ID from root rank %d within %v (key %s); "+
+				return nil, nil, fmt.Errorf("ncclid: no NCCL ID from root rank %d within %v (key %s); "+
 					"did it exit or never call the library? %w", r, e.Timeout, key, err)
 			}
-			return nil, fmt.Errorf("ncclid: NCCL ID from root rank %d: %w", r, err)
+			return nil, nil, fmt.Errorf("ncclid: NCCL ID from root rank %d: %w", r, err)
 		}
 		switch {
-		case len(v) == 1+Bytes && v[0] == 1:
+		case len(v) == 1+Bytes && v[0] == tagID:
 			copy(ids[i][:], v[1:])
-		case len(v) >= 1 && v[0] == 0:
-			return nil, fmt.Errorf("ncclid: root rank %d: %s: %w", r, v[1:], ErrRoot)
+		case len(v) >= 1+Bytes+4 && v[0] == tagOrigin:
+			copy(ids[i][:], v[1:])
+			origins[i] = Origin{Version: int(binary.BigEndian.Uint32(v[1+Bytes:])), Library: string(v[1+Bytes+4:])}
+		case len(v) >= 1 && v[0] == tagFailed:
+			return nil, nil, fmt.Errorf("ncclid: root rank %d: %s: %w", r, v[1:], ErrRoot)
 		default:
-			return nil, fmt.Errorf("ncclid: value of %s from rank %d is %d bytes, expected %d", key, r, len(v), 1+Bytes)
+			return nil, nil, fmt.Errorf("ncclid: value of %s from rank %d is %d bytes %.1x..., expected "+
+				"tag 1 and %d bytes, or tag 2 and at least %d", key, r, len(v), v, 1+Bytes, 1+Bytes+4)
+		}
+		theirs := origins[i]
+		if m := local(); theirs.Version != 0 && m.Version != 0 && theirs.Version != m.Version {
+			return nil, nil, fmt.Errorf("ncclid: root rank %d made the NCCL ID with %v, but rank %d has %v: "+
+				"every rank must run the same NCCL version (with different ones ncclCommInitRank fails "+
+				"or hangs): %w", r, theirs, in.Rank, m, ErrVersion)
 		}
 	}
-	return ids, nil
+	return ids, origins, nil
 }

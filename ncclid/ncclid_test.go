@@ -114,6 +114,26 @@ func runJob(t *testing.T, size int, nodeOf func(int) int, mode Mode, fn func(e *
 	return out, job, calls
 }
 
+// newJobErrs runs fn on every rank of an in-memory job and returns each rank's error.
+func newJobErrs(t *testing.T, size int, fn func(e *Exchanger) error) (*pmixkv.MemJob, []error) {
+	t.Helper()
+	job, err := pmixkv.NewMemJob(size, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for r := 0; r < size; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			errs[r] = fn(&Exchanger{KV: job.Rank(r), Timeout: 10 * time.Second})
+		}(r)
+	}
+	wg.Wait()
+	return job, errs
+}
+
 func TestWorldDirectAndFenced(t *testing.T) {
 	for _, mode := range []Mode{Direct, Fenced} {
 		out, job, calls := runJob(t, 8, func(r int) int { return r / 4 }, mode, func(e *Exchanger) (any, error) {
@@ -233,6 +253,63 @@ func TestRootFailureReachesOthers(t *testing.T) {
 	}
 }
 
+// TestCommIDRefused: with NCCL_COMM_ID set, every ncclGetUniqueId returns the same bytes, so
+// scalable and group IDs would collide; the roots refuse them and every rank hears why. The world
+// ID alone is fine.
+func TestCommIDRefused(t *testing.T) {
+	const size = 4
+	job, err := pmixkv.NewMemJob(size, func(r int) int { return r / 2 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([][3]error, size)
+	for r := 0; r < size; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			e := &Exchanger{KV: job.Rank(r), Timeout: time.Minute,
+				Getenv: func(k string) string {
+					if k == "NCCL_COMM_ID" {
+						return "10.1.2.3:29500"
+					}
+					return ""
+				},
+				NewID: func() (ID, error) { var id ID; copy(id[:], "10.1.2.3:29500"); return id, nil }}
+			_, errs[r][0] = e.World()
+			_, errs[r][1] = e.Scalable(2)
+			_, errs[r][2] = e.Group(NodeColor)
+		}(r)
+	}
+	wg.Wait()
+	for r, e := range errs {
+		if e[0] != nil {
+			t.Errorf("rank %d: world ID refused: %v", r, e[0])
+		}
+		for i, what := range []string{"scalable", "node group"} {
+			err := e[i+1]
+			if err == nil || !strings.Contains(err.Error(), `NCCL_COMM_ID="10.1.2.3:29500"`) {
+				t.Errorf("rank %d: %s IDs: %v, want a refusal naming NCCL_COMM_ID", r, what, err)
+			}
+		}
+	}
+}
+
+// TestRepeatedIDRefused: NCCL_COMM_ID from nccl.conf is out of the environment's sight; an ID
+// that repeats one the process made before gives it away.
+func TestRepeatedIDRefused(t *testing.T) {
+	job, _ := pmixkv.NewMemJob(1, nil)
+	e := &Exchanger{KV: job.Rank(0), Getenv: func(string) string { return "" },
+		NewID: func() (ID, error) { return ID{1, 2, 3}, nil }}
+	if _, err := e.World(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.Group(NodeColor)
+	if !errors.Is(err, ErrCommID) || !strings.Contains(err.Error(), "NCCL_COMM_ID") {
+		t.Fatalf("repeated ID: %v, want ErrCommID naming NCCL_COMM_ID", err)
+	}
+}
+
 func TestDeadRootTimesOut(t *testing.T) {
 	job, _ := pmixkv.NewMemJob(2, nil)
 	e := &Exchanger{KV: job.Rank(1), Timeout: 50 * time.Millisecond}
@@ -248,20 +325,25 @@ func TestLibWithStub(t *testing.T) {
 	if err != nil {
 		t.Skip(err) // no C compiler
 	}
-	// Before the stub is loaded, the process has no ncclGetUniqueId and a bad path must fail.
-	// (After the dlopen below, RTLD_GLOBAL makes the stub's symbol the process's own.)
-	if _, err := Lib(filepath.Join(dir, "nope.so"))(); err == nil || !strings.Contains(err.Error(), "nope.so") {
+	if InProcess() != nil {
+		t.Fatal("the test process has an ncclGetUniqueId of its own")
+	}
+	if _, err := Lib(filepath.Join(dir, "nope.so")).NewID(); err == nil || !strings.Contains(err.Error(), "nope.so") {
 		t.Errorf("missing library: %v", err)
 	}
 	logf := filepath.Join(dir, "calls")
 	t.Setenv("STUBNCCL_LOG", logf)
 	t.Setenv("PMIX_RANK", "7")
-	gen := Lib(lib)
-	a, err := gen()
+	t.Setenv("STUBNCCL_VERSION", "22803")
+	l := Lib(lib)
+	if l.Resolved() != nil {
+		t.Fatal("resolved before first use")
+	}
+	a, err := l.NewID()
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := gen()
+	b, err := l.NewID()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,8 +358,70 @@ func TestLibWithStub(t *testing.T) {
 	if !bytes.Equal(data, []byte(want)) {
 		t.Errorf("log %q, want %q", data, want)
 	}
+	// dlopen'ed RTLD_LOCAL: the stub's symbols did not become the process's.
+	if InProcess() != nil {
+		t.Error("after the dlopen, ncclGetUniqueId is visible process-wide (RTLD_GLOBAL?)")
+	}
+	if o := Describe(l.Resolved()); o.Library != lib || o.Version != 22803 || o.String() != "NCCL 2.28.3 (22803) in "+lib {
+		t.Errorf("Describe = %+v (%v), want %s version 22803", o, o, lib)
+	}
 	t.Setenv("STUBNCCL_FAIL", "3")
-	if _, err := gen(); err == nil || !strings.Contains(err.Error(), "ncclResult_t 3") {
+	if _, err := l.NewID(); err == nil || !strings.Contains(err.Error(), "ncclResult_t 3") {
 		t.Errorf("failing ncclGetUniqueId: %v", err)
+	}
+}
+
+func TestVersionString(t *testing.T) {
+	for v, want := range map[int]string{22803: "2.28.3", 21805: "2.18.5", 2804: "2.8.4", 0: "unknown"} {
+		if got := VersionString(v); got != want {
+			t.Errorf("VersionString(%d) = %s, want %s", v, got, want)
+		}
+	}
+}
+
+// TestVersionMismatch: a root publishes its NCCL version with the ID; a rank with another
+// version refuses the ID naming both, a rank with the same or an unknown one takes it.
+func TestVersionMismatch(t *testing.T) {
+	job, _ := pmixkv.NewMemJob(4, nil)
+	versions := []int{22803, 22803, 21805, 0}
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	origins := make([]Origin, 4)
+	for r := 0; r < 4; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			e := &Exchanger{KV: job.Rank(r), Timeout: time.Minute,
+				NewID: func() (ID, error) { return ID{byte(r + 1)}, nil },
+				Local: func() Origin { return Origin{Library: fmt.Sprintf("/nccl%d/libnccl.so.2", r), Version: versions[r]} }}
+			_, origins[r], errs[r] = e.WorldOrigin()
+		}(r)
+	}
+	wg.Wait()
+	for _, r := range []int{0, 1, 3} {
+		if errs[r] != nil || origins[r] != (Origin{Library: "/nccl0/libnccl.so.2", Version: 22803}) {
+			t.Errorf("rank %d: %v, origin %+v", r, errs[r], origins[r])
+		}
+	}
+	if err := errs[2]; !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "NCCL 2.28.3 (22803) in /nccl0/libnccl.so.2") ||
+		!strings.Contains(err.Error(), "rank 2 has NCCL 2.18.5 (21805) in /nccl2/libnccl.so.2") {
+		t.Errorf("rank 2: %v, want ErrVersion naming both", err)
+	}
+}
+
+// TestReadsVersion1Value: a root running libgpuhelper 1.0 publishes the ID alone.
+func TestReadsVersion1Value(t *testing.T) {
+	job, _ := pmixkv.NewMemJob(2, nil)
+	id := ID{9, 8, 7}
+	if err := job.Rank(0).Put("gpubind.ncclid.1", append([]byte{1}, id[:]...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Rank(0).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	e := &Exchanger{KV: job.Rank(1), Timeout: time.Minute, Local: func() Origin { return Origin{Version: 22803} }}
+	got, o, err := e.WorldOrigin()
+	if err != nil || got != id || o != (Origin{}) {
+		t.Fatalf("got %v %+v %v", got, o, err)
 	}
 }

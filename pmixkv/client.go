@@ -140,6 +140,28 @@ func queryInfo(ns string, rank int) (Info, error) {
 	if in.LocalPeers, err = parseRanks(peers); err != nil {
 		return in, fmt.Errorf("pmixkv: PMIX_LOCAL_PEERS %q: %w", peers, err)
 	}
+	// PMIX_NODEID is the launcher's own number for the node: Slurm's is the node's index in
+	// the step, but Open MPI's ORTE and PRRTE give the index in their node pool, where 0 is
+	// mpirun's node even when it runs no rank (ranks on 2 nodes get ids 1 and 2). Other ranks'
+	// node ids are not held by the client (Slurm and ORTE answer NOT-FOUND), but the job's node
+	// list (PMIX_NODE_LIST, in the launcher's order) and this proc's host name are: the node's
+	// place in that list is a dense index in the launcher's order.
+	if nlist, err := str(wild, "pmix.nlist"); err == nil && in.Hostname != "" {
+		if idx, n, ok := NodeIndex(nlist, in.Hostname); ok {
+			in.NodeID, in.NumNodes = idx, n
+			return in, checkInfo(in)
+		}
+		if in.NodeID >= in.NumNodes {
+			return in, fmt.Errorf("pmixkv: this rank's PMIX_NODEID is %d but the job has %d nodes (PMIX_NUM_NODES), "+
+				"and its host name %q is not once in the job's node list PMIX_NODE_LIST %q, so the nodes cannot "+
+				"be numbered 0..%d", in.NodeID, in.NumNodes, in.Hostname, nlist, in.NumNodes-1)
+		}
+	} else if in.NodeID >= in.NumNodes {
+		return in, fmt.Errorf("pmixkv: this rank's PMIX_NODEID is %d but the job has %d nodes (PMIX_NUM_NODES), "+
+			"and without the job's node list (PMIX_NODE_LIST: %v) and this proc's host name (PMIX_HOSTNAME: %q) "+
+			"the nodes cannot be numbered 0..%d", in.NodeID, in.NumNodes, err, in.Hostname, in.NumNodes-1)
+	}
+	// No list to go by, but the launcher's numbering fits: keep it.
 	return in, checkInfo(in)
 }
 
@@ -274,6 +296,18 @@ func (c *Client) Get(rank int, key string, timeout time.Duration) ([]byte, error
 		time.Sleep(min(backoff, max(time.Until(deadline), 0)))
 		backoff = min(2*backoff, 50*time.Millisecond)
 	}
+}
+
+// Abort asks the server to end every process of the job, with code as the job's exit status
+// and msg for the launcher to show (PMIx_Abort). The caller should exit whatever it returns:
+// servers differ in whether the call returns before the process is killed.
+func (c *Client) Abort(code int, msg string) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	cm := C.CString(msg)
+	defer C.free(unsafe.Pointer(cm))
+	return status("PMIx_Abort", C.pk_abort(C.int(code), cm))
 }
 
 // Close drops this Client's reference; the last one calls PMIx_Finalize. Closing twice is a

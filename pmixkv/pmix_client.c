@@ -35,6 +35,8 @@ int pk_init(char *nspace, size_t nspace_len, uint32_t *rank)
 
 int pk_finalize(void) { return PMIx_Finalize(NULL, 0); }
 
+int pk_abort(int status, const char *msg) { return PMIx_Abort(status, msg, NULL, 0); }
+
 /* A non-blocking request waited for with our own deadline. PMIX_TIMEOUT alone is not enough:
  * Slurm's mpi/pmix forwards a Get for a remote rank's key to that node and waits there with its
  * own timeout (PMIxTimeout, 300 s by default), ignoring the client's. When our deadline passes

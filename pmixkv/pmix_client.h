@@ -18,6 +18,8 @@ const char *pk_strerror(int rc);
 /* PMIx_Init; on success copies the namespace (NUL-terminated) and this process's rank. */
 int pk_init(char *nspace, size_t nspace_len, uint32_t *rank);
 int pk_finalize(void);
+/* PMIx_Abort of the whole namespace: the launcher ends every process of the job. */
+int pk_abort(int status, const char *msg);
 
 /* Get a number of any integer type, or a decimal string, as uint64. timeout_ms <= 0: none. */
 int pk_get_number(const char *nspace, uint32_t rank, const char *key, int timeout_ms, uint64_t *out);

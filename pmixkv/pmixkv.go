@@ -20,7 +20,7 @@ type Info struct {
 	Size       int    // number of processes in the job
 	LocalRank  int    // rank among the job's processes on this node
 	LocalSize  int    // the job's processes on this node
-	NodeID     int    // 0..NumNodes-1 (launcher's numbering)
+	NodeID     int    // 0..NumNodes-1: this node's place among the job's nodes, in the launcher's order
 	NumNodes   int    // nodes hosting the job's processes
 	Hostname   string // this node's name, "" if unknown
 	LocalPeers []int  // global ranks on this node, ascending
@@ -43,6 +43,11 @@ type KV interface {
 	Close() error
 }
 
+// Aborter is a KV that can end the whole job (Client: PMIx_Abort).
+type Aborter interface {
+	Abort(code int, msg string) error
+}
+
 // Errors that callers may test with errors.Is.
 var (
 	ErrTimeout  = errors.New("timed out")
@@ -53,6 +58,29 @@ var (
 	// PMIx server to exchange data through.
 	ErrNeedServer = errors.New("a job of several processes needs a PMIx server")
 )
+
+// NodeIndex finds host in nodeList, a job's comma-separated node list (PMIX_NODE_LIST), and
+// returns its position and the number of nodes: a dense node index in the launcher's order,
+// where launchers that number nodes from a pool (ORTE, PRRTE: 0 is mpirun's node even when it
+// runs no rank) give sparse PMIX_NODEIDs such as {1, 2}. ok is false unless host is in the list
+// exactly once.
+func NodeIndex(nodeList, host string) (index, count int, ok bool) {
+	index = -1
+	for _, n := range strings.Split(nodeList, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		if n == host {
+			if index >= 0 {
+				return 0, 0, false
+			}
+			index = count
+		}
+		count++
+	}
+	return index, count, index >= 0
+}
 
 // ValidKey reports whether key may be used with Put/Get: non-empty, printable ASCII without
 // spaces, at most 500 bytes (PMIX_MAX_KEYLEN is 511), and not starting with "pmix", which PMIx

@@ -123,3 +123,25 @@ func TestMemJob(t *testing.T) {
 		t.Fatalf("lone fence: %v, want timeout", err)
 	}
 }
+
+func TestNodeIndex(t *testing.T) {
+	for _, c := range []struct {
+		list, host string
+		idx, n     int
+		ok         bool
+	}{
+		{"node1,node2", "node1", 0, 2, true},
+		{"node1,node2", "node2", 1, 2, true},
+		{"192.0.2.77,192.0.2.78", "192.0.2.78", 1, 2, true}, // ORTE: PMIX_NODEID 2 of 2 nodes
+		{"a", "a", 0, 1, true},
+		{" a , b ,", "b", 1, 2, true},
+		{"a,b", "c", 0, 0, false},
+		{"a,a", "a", 0, 0, false},
+		{"", "a", 0, 0, false},
+	} {
+		idx, n, ok := NodeIndex(c.list, c.host)
+		if ok != c.ok || (ok && (idx != c.idx || n != c.n)) {
+			t.Errorf("NodeIndex(%q, %q) = %d, %d, %v; want %d, %d, %v", c.list, c.host, idx, n, ok, c.idx, c.n, c.ok)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +33,15 @@ int use(void) {
     (void)gpuhelper_strerror(GPUHELPER_ETIMEOUT);
     (void)gpuhelper_last_error();
     (void)gpuhelper_version();
+    {
+        unsigned char id[GPUHELPER_NCCL_ID_BYTES], all[2];
+        char lib[64];
+        int v;
+        if (gpuhelper_nccl_id(id) != 0 || gpuhelper_nccl_origin(&v, lib, sizeof(lib)) != 0) return 4;
+        if (gpuhelper_barrier() != 0 || gpuhelper_bcast(0, id, sizeof(id)) != 0) return 5;
+        if (gpuhelper_allgather(id, 1, all, sizeof(all)) != 0) return 6;
+        if (!(info.flags & GPUHELPER_INFO_NCCL_ID)) gpuhelper_abort(GPUHELPER_EFINALIZED, "test");
+    }
     return gpuhelper_finalize() + GPUHELPER_VERSION_MAJOR + GPUHELPER_VERSION_MINOR + GPUHELPER_VERSION_PATCH;
 }
 `
@@ -72,11 +82,27 @@ func TestLibraryFile(t *testing.T) {
 	if strings.Contains(string(out), "nvidia-ml") {
 		t.Errorf("links NVML:\n%s", out)
 	}
+	// Static TLS: a library dlopen'ed after start (Python, plugin hosts) draws its TLS from
+	// glibc's small static surplus; a large block makes dlopen fail with "cannot allocate
+	// memory in static TLS block". Only pointers may live there (Go's runtime.tlsg is 8 bytes).
+	out, err = exec.Command("readelf", "-lW", so).CombinedOutput()
+	if err != nil {
+		t.Fatalf("readelf -l: %v\n%s", err, out)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 6 && f[0] == "TLS" {
+			size, err := strconv.ParseUint(strings.TrimPrefix(f[5], "0x"), 16, 64)
+			if err != nil || size > 64 {
+				t.Errorf("TLS segment of %s bytes (MemSiz), want at most 64:\n%s", f[5], l)
+			}
+		}
+	}
 	out, err = exec.Command("nm", "-D", "--defined-only", so).CombinedOutput()
 	if err != nil {
 		t.Fatalf("nm: %v\n%s", err, out)
 	}
-	re := regexp.MustCompile(`^gpuhelper_[a-z_]+@@GPUHELPER_1\.0$|^GPUHELPER_1\.0$`)
+	re := regexp.MustCompile(`^gpuhelper_[a-z_]+@@GPUHELPER_1\.[01]$|^GPUHELPER_1\.[01]$`)
 	n := 0
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(l)
@@ -86,8 +112,15 @@ func TestLibraryFile(t *testing.T) {
 		}
 		n++
 	}
-	if n != 10 {
-		t.Errorf("%d dynamic symbols, want 9 functions and the version node:\n%s", n, out)
+	// 1.0 binaries ask for gpuhelper_*@GPUHELPER_1.0: those must stay there; new calls get 1.1.
+	for _, sym := range []string{"gpuhelper_init@@GPUHELPER_1.0", "gpuhelper_group_id@@GPUHELPER_1.0", "gpuhelper_nccl_id@@GPUHELPER_1.1", "gpuhelper_nccl_origin@@GPUHELPER_1.1",
+		"gpuhelper_barrier@@GPUHELPER_1.1", "gpuhelper_bcast@@GPUHELPER_1.1", "gpuhelper_allgather@@GPUHELPER_1.1", "gpuhelper_abort@@GPUHELPER_1.1"} {
+		if !regexp.MustCompile(`(?m) ` + regexp.QuoteMeta(sym) + `$`).Match(out) {
+			t.Errorf("%s is not exported:\n%s", sym, out)
+		}
+	}
+	if n != 17 {
+		t.Errorf("%d dynamic symbols, want 15 functions and the 2 version nodes:\n%s", n, out)
 	}
 	// The header's version macros and the library's version agree.
 	h, _ := os.ReadFile(filepath.Join(repoRoot, "lib/gpuhelper.h"))
@@ -150,13 +183,15 @@ func TestSingleton(t *testing.T) {
 		{"twice", nil, []string{"twice"}, "twice"},
 		{"threads", nil, []string{"threads"}, "threads"},
 		{"fork", nil, []string{"fork"}, "fork"},
+		{"init after finalize", nil, []string{"reinit", "-11"}, "released PMIx in this process (gpuhelper_finalize was called)"},
+		{"newer caller's larger structs", nil, []string{"bigstruct"}, "bigstruct"},
 		{"Slurm step of 4 without PMIx", []string{"SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=4"}, []string{"expect", "-2"}, "srun --mpi=pmix"},
 		{"Open MPI env of 2 without PMIx", []string{"OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=0"}, []string{"expect", "-2"}, "launch with `srun --mpi=pmix`"},
 		{"Slurm step of 1 without PMIx", []string{"SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=1"}, []string{"expect", "0"}, "SUCCESS"},
 		{"bad GPUHELPER_TIMEOUT", []string{"GPUHELPER_TIMEOUT=soon"}, []string{"expect", "-9"}, `GPUHELPER_TIMEOUT="soon"`},
 		{"bad GPUHELPER_EXCHANGE", []string{"GPUHELPER_EXCHANGE=bcast"}, []string{"expect", "-9"}, `"bcast"`},
 		{"bad GPUBIND_PCI_BUS_IDS", []string{"GPUBIND_GPUS=3", "GPUBIND_PCI_BUS_IDS=zz"}, []string{"expect", "-7"}, "GPUBIND_PCI_BUS_IDS"},
-		{"failing ncclGetUniqueId", []string{"STUBNCCL_FAIL=3"}, []string{"expect", "-5"}, "ncclResult_t 3"},
+		{"failing ncclGetUniqueId", []string{"STUBNCCL_FAIL=3"}, []string{"noid"}, "ncclResult_t 3"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out, err := launch(t, cleanEnv(os.Environ(), append(c.env, stub)...), time.Minute, bin("ghtest"), c.args...)
@@ -166,12 +201,170 @@ func TestSingleton(t *testing.T) {
 			checkOK(t, out, 1, c.args[0], c.want)
 		})
 	}
-	t.Run("no NCCL at all", func(t *testing.T) {
-		out, err := launch(t, cleanEnv(os.Environ(), "GPUHELPER_NCCL_LIBRARY=/nonexistent/libnccl.so.2"), time.Minute, bin("ghtest_dl"), "expect", "-5")
+	// ghtest_dl dlopens the stub: RTLD_LOCAL keeps its symbols out of the process's scope.
+	t.Run("dlopen scope", func(t *testing.T) {
+		out, err := launch(t, cleanEnv(os.Environ(), stub), time.Minute, bin("ghtest_dl"), "dlscope")
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkOK(t, out, 1, "expect", "/nonexistent/libnccl.so.2")
+		checkOK(t, out, 1, "dlscope", "dlscope")
+	})
+	// ghtest_dl has no ncclGetUniqueId of its own, and the library it would dlopen is missing.
+	for _, mode := range []string{"noid", "lateid"} {
+		t.Run("no NCCL at all/"+mode, func(t *testing.T) {
+			out, err := launch(t, cleanEnv(os.Environ(), noNCCL), time.Minute, bin("ghtest_dl"), mode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := "/nonexistent/libnccl.so.2"
+			if mode == "lateid" {
+				want = mode
+			}
+			checkOK(t, out, 1, mode, want)
+		})
+	}
+}
+
+// noNCCL points the library at a libnccl that does not exist. The test programs that run with
+// it (ghtest_dl, hello) do not link the stub, so no ncclGetUniqueId is reachable at all.
+const noNCCL = "GPUHELPER_NCCL_LIBRARY=/nonexistent/libnccl.so.2"
+
+// checkLazy: under GPUHELPER_NCCL_ID=lazy every rank got the same ID from gpuhelper_nccl_id,
+// and the stub made exactly that one ID, in rank 0's process (ghtest checked that rank 0 made
+// none during init).
+func checkLazy(t *testing.T, out string, n int, stubLog string) {
+	t.Helper()
+	checkOK(t, out, n, "lazyid", "lazyid")
+	ids := map[string]bool{}
+	pid0 := ""
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) == 5 && f[0] == "OK" && f[2] == "lazyid" {
+			ids[f[4]] = true
+			if f[1] == "0" {
+				pid0 = f[3]
+			}
+		}
+	}
+	data, err := os.ReadFile(stubLog)
+	if err != nil {
+		t.Fatalf("stub log: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(ids) != 1 || len(lines) != 1 || pid0 == "" {
+		t.Fatalf("%d distinct IDs, %d stub calls, rank 0 pid %q; want 1, 1:\n%s\nstub log:\n%s", len(ids), len(lines), pid0, out, data)
+	}
+	if f := strings.Fields(lines[0]); len(f) != 3 || f[0] != pid0 || !ids[f[2]] {
+		t.Errorf("stub log %q: want rank 0 (pid %s) making the ID everyone got", lines[0], pid0)
+	}
+}
+
+// TestLazyID: GPUHELPER_NCCL_ID=lazy leaves NCCL alone during init; the first gpuhelper_nccl_id
+// makes the world ID.
+func TestLazyID(t *testing.T) {
+	needSetup(t)
+	for _, prog := range []string{"ghtest", "ghtest_dl"} {
+		t.Run("mpirun n=3 "+prog, func(t *testing.T) {
+			log := stubLogPath(t)
+			out, err := mpirun(t, []string{"GPUHELPER_NCCL_ID=lazy", "STUBNCCL_LOG=" + log, "GPUHELPER_NCCL_LIBRARY=" + stubLib}, 3, bin(prog), "lazyid")
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkLazy(t, out, 3, log)
+		})
+	}
+	t.Run("bad value", func(t *testing.T) {
+		out, err := launch(t, cleanEnv(os.Environ(), "GPUHELPER_NCCL_ID=later", "GPUHELPER_NCCL_LIBRARY="+stubLib), time.Minute, bin("ghtest"), "expect", "-9")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOK(t, out, 1, "expect", `GPUHELPER_NCCL_ID="later"`)
+	})
+}
+
+// checkHelloNoNCCL wants a line from each of n ranks on nodes nodes, with its facts and the
+// reason why there is no NCCL ID.
+func checkHelloNoNCCL(t *testing.T, out string, n, nodes int) {
+	t.Helper()
+	seen := map[string]bool{}
+	re := regexp.MustCompile(fmt.Sprintf(`^hello: rank (\d+)/%d local \d+/\d+ node \d+/%d: .* nccl_id none \(.*/nonexistent/libnccl\.so\.2.*\)`, n, nodes))
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if m := re.FindStringSubmatch(l); m != nil {
+			seen[m[1]] = true
+		}
+	}
+	if len(seen) != n {
+		t.Errorf("%d of %d ranks printed their facts and the missing ID:\n%s", len(seen), n, out)
+	}
+}
+
+// TestNoNCCL runs examples/hello where no libnccl is reachable: rank, node and GPU facts need no
+// NCCL; only the ID is missing, and hello says so.
+func TestNoNCCL(t *testing.T) {
+	needSetup(t)
+	check := func(t *testing.T, out string, n int) { t.Helper(); checkHelloNoNCCL(t, out, n, 1) }
+	t.Run("singleton", func(t *testing.T) {
+		out, err := launch(t, cleanEnv(os.Environ(), noNCCL), time.Minute, bin("hello"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, out, 1)
+	})
+	t.Run("mpirun n=3", func(t *testing.T) {
+		out, err := mpirun(t, []string{noNCCL}, 3, bin("hello"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, out, 3)
+	})
+	t.Run("mpirun n=3 ghtest_dl", func(t *testing.T) {
+		out, err := mpirun(t, []string{noNCCL}, 3, bin("ghtest_dl"), "noid")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOK(t, out, 3, "noid", "/nonexistent/libnccl.so.2")
+	})
+	t.Run("mpirun n=3 lateid", func(t *testing.T) {
+		out, err := mpirun(t, []string{noNCCL}, 3, bin("ghtest_dl"), "lateid")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOK(t, out, 3, "lateid", "lateid")
+	})
+	// A 1.0 binary keeps 1.0's contract: init fails when rank 0 cannot make the ID.
+	t.Run("1.0 binary", func(t *testing.T) {
+		out, err := mpirun(t, []string{"STUBNCCL_FAIL=3"}, 3, bin("ghtest10"), "expect", "-5")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOK(t, out, 3, "expect", "ncclResult_t 3")
+	})
+}
+
+// TestABI10 runs ghtest10, ghtest compiled against the frozen 1.0 header
+// (tests/helper/gpuhelper-1.0.h), with this library: a binary built against 1.0 must keep
+// working, whatever 1.x fields the structs have gained since.
+func TestABI10(t *testing.T) {
+	needSetup(t)
+	stub := "GPUHELPER_NCCL_LIBRARY=" + stubLib
+	for _, args := range [][]string{{"badargs"}, {"twice"}, {"bigstruct"}} {
+		t.Run(args[0], func(t *testing.T) {
+			out, err := launch(t, cleanEnv(os.Environ(), stub), time.Minute, bin("ghtest10"), args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkOK(t, out, 1, args[0], args[0])
+			if args[0] == "badargs" && !strings.Contains(out, "header 1.0.0") {
+				t.Errorf("ghtest10 was not built against the 1.0 header:\n%s", out)
+			}
+		})
+	}
+	t.Run("mpirun n=4", func(t *testing.T) {
+		log := stubLogPath(t)
+		out, err := mpirun(t, []string{"STUBNCCL_LOG=" + log, "GPUHELPER_TIMEOUT=60"}, 4, bin("ghtest10"), "info", "2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkInfo(t, out, 4, 1, 2, log)
 	})
 }
 
@@ -287,7 +480,7 @@ func fakeCuda(t *testing.T) string {
 func TestExamples(t *testing.T) {
 	needSetup(t)
 	dir := t.TempDir()
-	for _, f := range []string{"Makefile", "hello.c", "nccl_allreduce.cu"} {
+	for _, f := range []string{"Makefile", "hello.c", "collectives.c", "nccl_allreduce.cu"} {
 		b, err := os.ReadFile(filepath.Join(repoRoot, "examples", f))
 		if err != nil {
 			t.Fatal(err)
@@ -301,8 +494,10 @@ func TestExamples(t *testing.T) {
 	if err != nil {
 		t.Fatalf("make -C examples: %v\n%s", err, out)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "hello")); err != nil {
-		t.Errorf("examples/Makefile built no hello:\n%s", out)
+	for _, prog := range []string{"hello", "collectives"} {
+		if _, err := os.Stat(filepath.Join(dir, prog)); err != nil {
+			t.Errorf("examples/Makefile built no %s:\n%s", prog, out)
+		}
 	}
 	if _, err := exec.LookPath("nvcc"); err == nil {
 		if _, err := os.Stat(filepath.Join(dir, "nccl_allreduce")); err != nil {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/gpubind/gpubind/tests/stubnccl"
@@ -65,13 +66,32 @@ func setup() error {
 	}
 	here := filepath.Join(repoRoot, "tests/helper/csrc") // C sources live apart: Go rejects .c files in a non-cgo package
 	gh := []string{"-I" + filepath.Join(libBuild, "include"), "-L" + libBuild, "-Wl,-rpath," + libBuild, "-lgpuhelper"}
+	// ghtest10 is ghtest built against the frozen 1.0 header: a 1.0 binary run with this library.
+	h10 := filepath.Join(binDir, "include-1.0")
+	if err := os.MkdirAll(h10, 0o755); err != nil {
+		return err
+	}
+	frozen, err := os.ReadFile(filepath.Join(repoRoot, "tests/helper/gpuhelper-1.0.h"))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(h10, "gpuhelper.h"), frozen, 0o644); err != nil {
+		return err
+	}
+	gh10 := append([]string{"-I" + h10}, gh[1:]...)
 	// ghtest is linked against the stub, so the library finds ncclGetUniqueId in the process
 	// (dlsym RTLD_DEFAULT); ghtest_dl is not, so the library must dlopen it.
 	progs := [][]string{
 		append([]string{"-std=c11", "-o", "ghtest", here + "/ghtest.c"}, append(gh, "-Wl,--no-as-needed", stubLib, "-Wl,-rpath,"+binDir, "-lpthread")...),
 		append([]string{"-std=c11", "-o", "ghtest_dl", here + "/ghtest.c"}, append(gh, "-lpthread")...),
+		append([]string{"-std=c11", "-o", "ghtest10", here + "/ghtest.c"}, append(gh10, "-Wl,--no-as-needed", stubLib, "-Wl,-rpath,"+binDir, "-lpthread")...),
 		append([]string{"-std=c99", "-pedantic", "-o", "hello", repoRoot + "/examples/hello.c"}, gh...),
 	}
+	pmix, err := exec.Command("pkg-config", "--cflags", "--libs", "pmix").Output()
+	if err != nil {
+		return fmt.Errorf("pkg-config pmix: %v", err)
+	}
+	progs = append(progs, append([]string{"-std=gnu11", "-o", "nodeid", here + "/nodeid.c"}, strings.Fields(string(pmix))...))
 	for _, p := range progs {
 		if err := sh(binDir, "cc", append([]string{"-Wall", "-Wextra", "-Werror", "-O2", "-g"}, p...)...); err != nil {
 			return err

@@ -69,6 +69,8 @@ func TestSrun(t *testing.T) {
 	}{
 		{"rank 0 exits before Put", 2, 4, []string{"GPUHELPER_TIMEOUT=3"}, []string{"die0"}, "GPUHELPER_ETIMEOUT"},
 		{"timeout", 2, 3, []string{"GPUHELPER_TIMEOUT=2"}, []string{"late0", "6"}, "GPUHELPER_ETIMEOUT"},
+		{"NCCL_COMM_ID set", 2, 4, []string{"NCCL_COMM_ID=127.0.0.1:29500"}, []string{"commid"}, "NCCL_COMM_ID=\"127.0.0.1:29500\" is set"},
+		{"init after finalize", 2, 4, nil, []string{"reinit", "-11"}, "GPUHELPER_EFINALIZED"},
 		{"second init", 2, 4, nil, []string{"twice"}, "twice"},
 		{"two threads", 2, 4, nil, []string{"threads"}, "threads"},
 		{"fork", 2, 2, nil, []string{"fork"}, "fork"},
@@ -81,6 +83,34 @@ func TestSrun(t *testing.T) {
 			checkOK(t, out, tc.n, tc.args[0], tc.want)
 		})
 	}
+	t.Run("collectives/N=2/n=5", func(t *testing.T) {
+		out, err := srun(t, c, nil, "--mpi=pmix", "-O", "-N2", "-n5", bin("ghtest"), "coll")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOK(t, out, 5, "coll", "coll")
+	})
+	t.Run("abort/N=2/n=4", func(t *testing.T) {
+		start := time.Now()
+		out, err := srun(t, c, []string{"GPUHELPER_TIMEOUT=120"}, "--mpi=pmix", "-O", "-N2", "-n4", bin("ghtest"), "abort", "2")
+		checkAbort(t, out, err, time.Since(start))
+	})
+	t.Run("GPUHELPER_NCCL_ID=lazy/N=2/n=4", func(t *testing.T) {
+		log := stubLogPath(t)
+		out, err := srun(t, c, []string{"GPUHELPER_NCCL_ID=lazy", "STUBNCCL_LOG=" + log}, "--mpi=pmix", "-O", "-N2", "-n4", bin("ghtest"), "lazyid")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkLazy(t, out, 4, log)
+	})
+	// No libnccl reachable anywhere: hello (not linked with the stub) still gets every fact.
+	t.Run("hello without NCCL/N=2/n=4", func(t *testing.T) {
+		out, err := srun(t, c, []string{noNCCL}, "--mpi=pmix", "-O", "-N2", "-n4", bin("hello"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkHelloNoNCCL(t, out, 4, 2)
+	})
 	// srun without PMIx: a step of several tasks cannot exchange the ID; each task must say so.
 	t.Run("no PMIx server/n=2", func(t *testing.T) {
 		out, err := srun(t, c, nil, "--mpi=none", "-O", "-N2", "-n2", bin("ghtest"), "expect", "-2")

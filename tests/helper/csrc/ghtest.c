@@ -9,9 +9,32 @@
  *   expect CODE init must return CODE (a number); prints the message
  *   userfn      gpuhelper_set_nccl_get_unique_id with a function of this program
  *   badargs     argument checks
+ *   noid        (1.1) no NCCL on rank 0: init succeeds without the ID, gpuhelper_nccl_id,
+ *               scalable and group IDs fail with GPUHELPER_ENCCL; prints the reason
+ *   lateid      (1.1) no NCCL at init; then gpuhelper_set_nccl_get_unique_id and gpuhelper_nccl_id
+ *               create the world ID
+ *   commid      (run with NCCL_COMM_ID set) init gets the world ID; scalable and group IDs are
+ *               refused with GPUHELPER_ENCCL and a message naming NCCL_COMM_ID
+ *   lazyid      (1.1, with GPUHELPER_NCCL_ID=lazy and STUBNCCL_LOG) init makes no ID (rank 0's
+ *               stub log stays empty); gpuhelper_nccl_id makes it; prints pid and ID
+ *   origin      (1.1) gpuhelper_nccl_origin: prints rank 0's NCCL version and library
+ *   vers        init; OK with "same" on success, OK with the message on GPUHELPER_ENCCL (an NCCL
+ *               version mismatch); a failing finalize is fine (the others have left)
+ *   dlscope     init, then ncclGetUniqueId must not be visible process-wide (dlsym RTLD_DEFAULT)
+ *   reinit CODE init, finalize, init again: the second init must return CODE
+ *   coll        (1.1) barrier, bcast from the last rank, allgather, and their bad inputs
+ *   abort R     (1.1) rank R calls gpuhelper_abort(7, ...); the others wait in a barrier, then
+ *               sleep 100 s: only the launcher's kill ends them in time
+ *   abortwait   (1.1) rank 0: a thread waits in a barrier the others never enter, and the main
+ *               thread calls gpuhelper_abort(7, ...) meanwhile; the others sleep 100 s
+ *   bigstruct   init with this header's struct writes nothing past it; built against the current
+ *               header, also init and group_id with larger structs (a newer caller): the
+ *               library fills what it knows and leaves the rest alone
  * Lines start with a tag (INFO, SCAL, NODE, COLOR, TIME, OK, FAIL) and the rank. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +112,17 @@ static int mode_info(int nids)
 
     const char *order = getenv("CUDA_DEVICE_ORDER");
     printf("ORDER %d %s\n", info.rank, order ? order : "(unset)");
+#if GPUHELPER_VERSION_MINOR >= 1
+    {
+        unsigned char id[GPUHELPER_NCCL_ID_BYTES];
+        if (!(info.flags & GPUHELPER_INFO_NCCL_ID))
+            return fail("init: flags lack GPUHELPER_INFO_NCCL_ID", GPUHELPER_EINTERNAL);
+        if ((rc = gpuhelper_nccl_id(id)) != 0)
+            return fail("gpuhelper_nccl_id", rc);
+        if (memcmp(id, info.nccl_id, sizeof(id)) != 0)
+            return fail("gpuhelper_nccl_id differs from info.nccl_id", GPUHELPER_EINTERNAL);
+    }
+#endif
 
     if (nids == 0) {
         nids = gpuhelper_scalable_count();
@@ -240,6 +274,11 @@ static int fork_check(const char *when)
                  gpuhelper_set_nccl_get_unique_id(NULL) == GPUHELPER_EFORK &&
                  strstr(gpuhelper_strerror(GPUHELPER_EFORK), "GPUHELPER_EFORK") != NULL &&
                  strstr(gpuhelper_last_error(), "fork") != NULL && strcmp(gpuhelper_version(), "") != 0;
+#if GPUHELPER_VERSION_MINOR >= 1
+        ok = ok && gpuhelper_nccl_id(id) == GPUHELPER_EFORK && gpuhelper_barrier() == GPUHELPER_EFORK &&
+             gpuhelper_bcast(0, id, 1) == GPUHELPER_EFORK && gpuhelper_allgather(id, 1, id, 1) == GPUHELPER_EFORK &&
+             gpuhelper_nccl_origin(NULL, NULL, 0) == GPUHELPER_EFORK;
+#endif
         printf("%s %d fork-%s child: %s\n", ok ? "OK" : "FAIL", env_rank(), when, gpuhelper_last_error());
         fflush(stdout);
         _exit(ok ? 0 : 1);
@@ -303,7 +342,7 @@ static int mode_badargs(void)
     if ((rc = gpuhelper_init(NULL)) != GPUHELPER_EINVAL)
         return fail("init(NULL)", rc);
     memset(&info, 0, sizeof(info));
-    info.struct_size = sizeof(info) - 1;
+    info.struct_size = offsetof(gpuhelper_info_t, nccl_id); /* below the 1.0 size */
     if ((rc = gpuhelper_init(&info)) != GPUHELPER_EINVAL || strstr(gpuhelper_last_error(), "struct_size") == NULL)
         return fail("init with a small struct_size", rc);
     if ((rc = init(&info)) != 0)
@@ -326,6 +365,327 @@ static int mode_badargs(void)
     printf("OK %d badargs version %s header %d.%d.%d\n", info.rank, gpuhelper_version(), GPUHELPER_VERSION_MAJOR,
            GPUHELPER_VERSION_MINOR, GPUHELPER_VERSION_PATCH);
     return 0;
+}
+
+#if GPUHELPER_VERSION_MINOR >= 1
+static int zero(const unsigned char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != 0)
+            return 0;
+    return 1;
+}
+
+static int mode_noid(void)
+{
+    gpuhelper_info_t info;
+    unsigned char id[GPUHELPER_NCCL_ID_BYTES];
+    char why[1024];
+    gpuhelper_group_t g = {.struct_size = sizeof(g)};
+    int rc = init(&info);
+    if (rc != 0)
+        return fail("init without NCCL", rc);
+    if ((info.flags & GPUHELPER_INFO_NCCL_ID) || !zero(info.nccl_id, sizeof(info.nccl_id)))
+        return fail("init without NCCL: flags say there is an ID, or nccl_id is not zero", GPUHELPER_EINTERNAL);
+    if (info.size < 1 || info.rank < 0 || info.rank >= info.size || info.local_size < 1 || info.num_nodes < 1)
+        return fail("init without NCCL: bad rank facts", GPUHELPER_EINTERNAL);
+    if ((rc = gpuhelper_nccl_id(NULL)) != GPUHELPER_EINVAL || strstr(gpuhelper_last_error(), "id is NULL") == NULL)
+        return fail("gpuhelper_nccl_id(NULL)", rc);
+    memset(id, 0x77, sizeof(id));
+    if ((rc = gpuhelper_nccl_id(id)) != GPUHELPER_ENCCL)
+        return fail("gpuhelper_nccl_id without NCCL", rc);
+    snprintf(why, sizeof(why), "%s", gpuhelper_last_error());
+    if ((rc = gpuhelper_scalable_ids(1, id, sizeof(id))) != GPUHELPER_ENCCL)
+        return fail("gpuhelper_scalable_ids without NCCL", rc);
+    if ((rc = gpuhelper_group_id(GPUHELPER_COLOR_NODE, &g)) != GPUHELPER_ENCCL)
+        return fail("gpuhelper_group_id without NCCL", rc);
+    printf("OK %d noid rank %d/%d local %d/%d node %d/%d | %s\n", info.rank, info.rank, info.size, info.local_rank,
+           info.local_size, info.node_id, info.num_nodes, why);
+    return finalize();
+}
+
+static int mode_lazyid(void)
+{
+    gpuhelper_info_t info;
+    unsigned char id[GPUHELPER_NCCL_ID_BYTES];
+    char h[2 * GPUHELPER_NCCL_ID_BYTES + 1];
+    const char *log = getenv("STUBNCCL_LOG");
+    int rc = init(&info);
+    if (rc != 0)
+        return fail("init", rc);
+    if (info.flags & GPUHELPER_INFO_NCCL_ID)
+        return fail("init made the ID under GPUHELPER_NCCL_ID=lazy", GPUHELPER_EINTERNAL);
+    if (info.rank == 0 && log != NULL && access(log, F_OK) == 0)
+        return fail("ncclGetUniqueId was called during init (the stub log exists)", GPUHELPER_EINTERNAL);
+    if ((rc = gpuhelper_nccl_id(id)) != 0)
+        return fail("gpuhelper_nccl_id", rc);
+    hex(id, sizeof(id), h);
+    printf("OK %d lazyid %ld %s\n", info.rank, (long)getpid(), h);
+    return finalize();
+}
+
+static int mode_lateid(void)
+{
+    gpuhelper_info_t info;
+    unsigned char id[GPUHELPER_NCCL_ID_BYTES];
+    int rc = init(&info);
+    if (rc != 0)
+        return fail("init without NCCL", rc);
+    if (info.flags & GPUHELPER_INFO_NCCL_ID)
+        return fail("init made an ID without NCCL", GPUHELPER_EINTERNAL);
+    if ((rc = gpuhelper_set_nccl_get_unique_id(user_fn)) != 0)
+        return fail("set_nccl_get_unique_id", rc);
+    if ((rc = gpuhelper_nccl_id(id)) != 0)
+        return fail("gpuhelper_nccl_id once NCCL is there", rc);
+    for (size_t i = 0; i < sizeof(id); i++)
+        if (id[i] != 0xab)
+            return fail("gpuhelper_nccl_id: ID not from the user function", GPUHELPER_EINTERNAL);
+    memset(id, 0, sizeof(id));
+    if ((rc = gpuhelper_nccl_id(id)) != 0 || id[0] != 0xab) /* now a local copy */
+        return fail("second gpuhelper_nccl_id", rc);
+    printf("OK %d lateid\n", info.rank);
+    return finalize();
+}
+#endif
+
+static int mode_commid(void)
+{
+    gpuhelper_info_t info;
+    unsigned char ids[2 * GPUHELPER_NCCL_ID_BYTES];
+    gpuhelper_group_t g = {.struct_size = sizeof(g)};
+    char why[2][1024];
+    int rc = init(&info);
+    if (rc != 0)
+        return fail("init with NCCL_COMM_ID", rc);
+    int n = info.size > 1 ? 2 : 1;
+    if ((rc = gpuhelper_scalable_ids(n, ids, sizeof(ids))) != GPUHELPER_ENCCL ||
+        strstr(gpuhelper_last_error(), "NCCL_COMM_ID") == NULL)
+        return fail("scalable_ids with NCCL_COMM_ID", rc);
+    snprintf(why[0], sizeof(why[0]), "%s", gpuhelper_last_error());
+    if ((rc = gpuhelper_group_id(info.rank % 2, &g)) != GPUHELPER_ENCCL ||
+        strstr(gpuhelper_last_error(), "NCCL_COMM_ID") == NULL)
+        return fail("group_id with NCCL_COMM_ID", rc);
+    snprintf(why[1], sizeof(why[1]), "%s", gpuhelper_last_error());
+    printf("OK %d commid | %s | %s\n", info.rank, why[0], why[1]);
+    return finalize();
+}
+
+#if GPUHELPER_VERSION_MINOR >= 1
+static int mode_origin(void)
+{
+    gpuhelper_info_t info;
+    char lib[4096], tiny[2];
+    int v = -1, rc = init(&info);
+    if (rc != 0)
+        return fail("init", rc);
+    if ((rc = gpuhelper_nccl_origin(&v, lib, sizeof(lib))) != 0)
+        return fail("gpuhelper_nccl_origin", rc);
+    if (lib[0] != '\0' && ((rc = gpuhelper_nccl_origin(NULL, tiny, sizeof(tiny))) != GPUHELPER_EINVAL ||
+                           strstr(gpuhelper_last_error(), "library_bytes 2") == NULL))
+        return fail("gpuhelper_nccl_origin with a 2-byte buffer", rc);
+    printf("OK %d origin %d %s\n", info.rank, v, lib[0] ? lib : "-");
+    return finalize();
+}
+#endif
+
+static int mode_vers(void)
+{
+    gpuhelper_info_t info;
+    int rc = init(&info);
+    if (rc == GPUHELPER_ENCCL) {
+        printf("OK %d vers | %s\n", env_rank(), gpuhelper_last_error());
+        return 0;
+    }
+    if (rc != 0)
+        return fail("init", rc);
+    printf("OK %d vers same\n", info.rank);
+    /* The ranks that refused the ID have left: the finalize barrier may time out, or the
+     * server may answer that the others are gone (Open MPI: PARTIAL SUCCESS, GPUHELPER_EPMIX). */
+    rc = gpuhelper_finalize();
+    return rc == 0 || rc == GPUHELPER_ETIMEOUT || rc == GPUHELPER_EPMIX ? 0 : fail("finalize", rc);
+}
+
+static int mode_dlscope(void)
+{
+    gpuhelper_info_t info;
+    int rc = init(&info);
+    if (rc != 0)
+        return fail("init", rc);
+    if (dlsym(RTLD_DEFAULT, "ncclGetUniqueId") != NULL)
+        return fail("the library's dlopen of NCCL made ncclGetUniqueId visible process-wide", GPUHELPER_EINTERNAL);
+    printf("OK %d dlscope\n", info.rank);
+    return finalize();
+}
+
+static int mode_reinit(int want)
+{
+    gpuhelper_info_t info;
+    int rc = init(&info);
+    if (rc != 0)
+        return fail("first init", rc);
+    if ((rc = gpuhelper_finalize()) != 0)
+        return fail("finalize", rc);
+    rc = init(&info);
+    printf("%s %d reinit rc %d %s | %s\n", rc == want ? "OK" : "FAIL", env_rank(), rc, gpuhelper_strerror(rc),
+           gpuhelper_last_error());
+    if (rc == 0 && finalize() != 0)
+        return 1;
+    return rc == want ? 0 : 1;
+}
+
+#if GPUHELPER_VERSION_MINOR >= 1
+static unsigned char pattern(int rank, size_t i) { return (unsigned char)(rank * 31 + (int)i * 7 + 1); }
+
+static int mode_coll(void)
+{
+    gpuhelper_info_t info;
+    unsigned char b[300], one[16], *all;
+    int rc = init(&info);
+    if (rc != 0)
+        return fail("init", rc);
+    int n = info.size, me = info.rank, root = n - 1;
+    if ((rc = gpuhelper_barrier()) != 0)
+        return fail("barrier", rc);
+    for (size_t i = 0; i < sizeof(b); i++)
+        b[i] = me == root ? pattern(root, i) : 0;
+    if ((rc = gpuhelper_bcast(root, b, sizeof(b))) != 0)
+        return fail("bcast", rc);
+    for (size_t i = 0; i < sizeof(b); i++)
+        if (b[i] != pattern(root, i))
+            return fail("bcast: wrong bytes", GPUHELPER_EINTERNAL);
+    all = malloc((size_t)n * sizeof(one));
+    if (all == NULL)
+        return fail("malloc", GPUHELPER_EINTERNAL);
+    for (size_t i = 0; i < sizeof(one); i++)
+        one[i] = pattern(me, i);
+    if ((rc = gpuhelper_allgather(one, sizeof(one), all, (size_t)n * sizeof(one))) != 0)
+        return fail("allgather", rc);
+    for (int r = 0; r < n; r++)
+        for (size_t i = 0; i < sizeof(one); i++)
+            if (all[(size_t)r * sizeof(one) + i] != pattern(r, i))
+                return fail("allgather: wrong bytes", GPUHELPER_EINTERNAL);
+    /* Bad input, the same on every rank, so that no rank waits for another. */
+    if ((rc = gpuhelper_bcast(n, b, 1)) != GPUHELPER_EINVAL || strstr(gpuhelper_last_error(), "root") == NULL)
+        return fail("bcast with root = size", rc);
+    if ((rc = gpuhelper_allgather(one, sizeof(one), all, (size_t)n * sizeof(one) - 1)) != GPUHELPER_EINVAL ||
+        strstr(gpuhelper_last_error(), "out_bytes") == NULL)
+        return fail("allgather with a short out", rc);
+    if ((rc = gpuhelper_bcast(0, NULL, 4)) != GPUHELPER_EINVAL || strstr(gpuhelper_last_error(), "buf is NULL") == NULL)
+        return fail("bcast of NULL", rc);
+    if ((rc = gpuhelper_abort(0, "no")) != GPUHELPER_EINVAL || strstr(gpuhelper_last_error(), "code 0") == NULL)
+        return fail("abort(0)", rc);
+    /* A length mismatch: rank 0 broadcasts 4 bytes, the others expect 5. */
+    rc = gpuhelper_bcast(0, b, me == 0 ? 4 : 5);
+    if (me == 0 ? rc != 0 : rc != GPUHELPER_EINVAL || strstr(gpuhelper_last_error(), "expected 5") == NULL)
+        return fail("bcast with mismatched len", rc);
+    free(all);
+    printf("OK %d coll\n", me);
+    return finalize();
+}
+
+static int mode_abort(int who)
+{
+    gpuhelper_info_t info;
+    int rc = init(&info);
+    if (rc != 0)
+        return fail("init", rc);
+    if (info.rank == who) {
+        gpuhelper_abort(7, "ghtest gives up");
+        return fail("gpuhelper_abort returned", GPUHELPER_EINTERNAL);
+    }
+    /* The launcher kills this process while it waits in the barrier, or the barrier ends first:
+     * it fails (Open MPI: PARTIAL SUCCESS once a rank is gone), or even succeeds (a PMIx server
+     * drops a dead local rank from a fence, and srun's cancel may come later). Either way the
+     * launcher must kill this process soon: it waits long after, where only a kill ends it. */
+    rc = gpuhelper_barrier();
+    printf("WAIT %d abort: the barrier returned %d, waiting to be killed\n", info.rank, rc);
+    sleep(100);
+    return fail("not killed after another rank's gpuhelper_abort", rc);
+}
+#endif
+
+#if GPUHELPER_VERSION_MINOR >= 1
+static void *thread_barrier(void *arg)
+{
+    (void)arg;
+    int rc = gpuhelper_barrier();
+    printf("FAIL %d the barrier nobody else entered returned %d\n", env_rank(), rc);
+    return NULL;
+}
+
+static int mode_abortwait(void)
+{
+    gpuhelper_info_t info;
+    pthread_t th;
+    int rc = init(&info);
+    if (rc != 0)
+        return fail("init", rc);
+    if (info.rank != 0) {
+        sleep(100);
+        return fail("not killed", GPUHELPER_EINTERNAL);
+    }
+    if (pthread_create(&th, NULL, thread_barrier, NULL) != 0)
+        return fail("pthread_create", GPUHELPER_EINTERNAL);
+    sleep(1); /* let the thread enter the barrier */
+    gpuhelper_abort(7, "ghtest gives up");
+    return fail("gpuhelper_abort returned", GPUHELPER_EINTERNAL);
+}
+#endif
+
+static int mode_bigstruct(void)
+{
+    /* The caller's own struct, followed by other data: init must not touch the data. */
+    struct {
+        gpuhelper_info_t info;
+        unsigned char after[64];
+    } own;
+    gpuhelper_info_t ref;
+    int rc;
+    memset(&own, 0x5a, sizeof(own));
+    own.info.struct_size = sizeof(own.info);
+    if ((rc = gpuhelper_init(&own.info)) != 0)
+        return fail("init", rc);
+    for (size_t i = 0; i < sizeof(own.after); i++)
+        if (own.after[i] != 0x5a)
+            return fail("init wrote past the caller's struct", GPUHELPER_EINTERNAL);
+    if ((rc = init(&ref)) != 0)
+        return fail("init", rc);
+    if (own.info.struct_size != sizeof(own.info) || own.info.rank != ref.rank || own.info.size != ref.size ||
+        memcmp(own.info.nccl_id, ref.nccl_id, sizeof(ref.nccl_id)) != 0)
+        return fail("init gave another answer", GPUHELPER_EINTERNAL);
+#if GPUHELPER_VERSION_MINOR >= 1
+    /* Built against the current header, whose structs are the library's: a caller built against
+     * a newer header has larger ones, ending in fields this library does not know. */
+    struct {
+        gpuhelper_info_t info;
+        unsigned char newer[64];
+    } big;
+    struct {
+        gpuhelper_group_t g;
+        unsigned char newer[64];
+    } bigg;
+    memset(&big, 0x5a, sizeof(big));
+    big.info.struct_size = sizeof(big);
+    if ((rc = gpuhelper_init(&big.info)) != 0)
+        return fail("init with a larger struct", rc);
+    for (size_t i = 0; i < sizeof(big.newer); i++)
+        if (big.newer[i] != 0x5a)
+            return fail("init wrote past its own struct into the caller's newer fields", GPUHELPER_EINTERNAL);
+    if (big.info.struct_size != sizeof(big) || !(big.info.rank == ref.rank && big.info.size == ref.size &&
+                                                 memcmp(big.info.nccl_id, ref.nccl_id, sizeof(ref.nccl_id)) == 0))
+        return fail("init with a larger struct gave another answer", GPUHELPER_EINTERNAL);
+    memset(&bigg, 0x5a, sizeof(bigg));
+    bigg.g.struct_size = sizeof(bigg);
+    if ((rc = gpuhelper_group_id(GPUHELPER_COLOR_NODE, &bigg.g)) != 0)
+        return fail("group_id with a larger struct", rc);
+    for (size_t i = 0; i < sizeof(bigg.newer); i++)
+        if (bigg.newer[i] != 0x5a)
+            return fail("group_id wrote past its own struct", GPUHELPER_EINTERNAL);
+    if (bigg.g.struct_size != sizeof(bigg) || bigg.g.size != ref.local_size || bigg.g.color != GPUHELPER_COLOR_NODE)
+        return fail("group_id with a larger struct gave a wrong answer", GPUHELPER_EINTERNAL);
+#endif
+    printf("OK %d bigstruct %zu\n", ref.rank, sizeof(own.info));
+    return finalize();
 }
 
 int main(int argc, char **argv)
@@ -355,6 +715,32 @@ int main(int argc, char **argv)
         return mode_userfn();
     if (strcmp(m, "badargs") == 0)
         return mode_badargs();
+    if (strcmp(m, "bigstruct") == 0)
+        return mode_bigstruct();
+    if (strcmp(m, "reinit") == 0)
+        return mode_reinit(arg);
+    if (strcmp(m, "commid") == 0)
+        return mode_commid();
+    if (strcmp(m, "vers") == 0)
+        return mode_vers();
+    if (strcmp(m, "dlscope") == 0)
+        return mode_dlscope();
+#if GPUHELPER_VERSION_MINOR >= 1
+    if (strcmp(m, "noid") == 0)
+        return mode_noid();
+    if (strcmp(m, "lateid") == 0)
+        return mode_lateid();
+    if (strcmp(m, "lazyid") == 0)
+        return mode_lazyid();
+    if (strcmp(m, "origin") == 0)
+        return mode_origin();
+    if (strcmp(m, "coll") == 0)
+        return mode_coll();
+    if (strcmp(m, "abort") == 0)
+        return mode_abort(arg);
+    if (strcmp(m, "abortwait") == 0)
+        return mode_abortwait();
+#endif
     fprintf(stderr, "gpubind: ghtest: unknown mode %s\n", m);
     return 2;
 }

@@ -1,7 +1,10 @@
 /* A stand-in libnccl.so.2 for CPU-only tests: only ncclGetUniqueId. Each call returns 128
  * random bytes and, when STUBNCCL_LOG names a file, appends "pid rank hex" to it (rank from the
  * launcher's variables, -1 if none), so tests can check which process made each ID.
- * STUBNCCL_FAIL=N makes it return N instead (a failing root). Build:
+ * STUBNCCL_FAIL=N makes it return N instead (a failing root). NCCL_COMM_ID=ADDR makes every ID
+ * the same bytes (ADDR, zero-padded), as real NCCL does: it then puts that fixed address in the
+ * ID instead of a fresh listener's. ncclGetVersion reports STUBNCCL_VERSION (default 21805,
+ * NCCL 2.18.5). Build:
  *   cc -shared -fPIC -Wl,-soname,libnccl.so.2 -o libnccl.so.2 stubnccl.c */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -25,6 +28,21 @@ static const char *rank_env(void)
     return "-1";
 }
 
+static int random_fill(unsigned char *buf, size_t len)
+{
+    for (size_t got = 0; got < len;) {
+        ssize_t n = getrandom(buf + got, len - got, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            fprintf(stderr, "gpubind: stubnccl: getrandom: %s\n", strerror(errno));
+            return -1;
+        }
+        got += (size_t)n;
+    }
+    return 0;
+}
+
 __attribute__((visibility("default"))) int ncclGetUniqueId(void *id)
 {
     unsigned char buf[ID_BYTES];
@@ -33,15 +51,12 @@ __attribute__((visibility("default"))) int ncclGetUniqueId(void *id)
         return atoi(fail);
     if (id == NULL)
         return 4; /* ncclInvalidArgument */
-    for (size_t got = 0; got < sizeof(buf);) {
-        ssize_t n = getrandom(buf + got, sizeof(buf) - got, 0);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            fprintf(stderr, "gpubind: stubnccl: getrandom: %s\n", strerror(errno));
-            return 2; /* ncclSystemError */
-        }
-        got += (size_t)n;
+    const char *fixed = getenv("NCCL_COMM_ID");
+    if (fixed != NULL && *fixed != '\0') {
+        memset(buf, 0, sizeof(buf));
+        strncpy((char *)buf, fixed, sizeof(buf) - 1);
+    } else if (random_fill(buf, sizeof(buf)) != 0) {
+        return 2; /* ncclSystemError */
     }
     memcpy(id, buf, sizeof(buf));
     const char *log = getenv("STUBNCCL_LOG");
@@ -67,5 +82,14 @@ __attribute__((visibility("default"))) int ncclGetUniqueId(void *id)
             return 2;
         }
     }
+    return 0;
+}
+
+__attribute__((visibility("default"))) int ncclGetVersion(int *version)
+{
+    const char *v = getenv("STUBNCCL_VERSION");
+    if (version == NULL)
+        return 4; /* ncclInvalidArgument */
+    *version = v != NULL && *v != '\0' ? atoi(v) : 21805;
     return 0;
 }

@@ -1,0 +1,98 @@
+package ncclid
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The small collectives of libgpuhelper 1.1 (barrier, broadcast, allgather). They share the
+// Exchanger's sequence with the ID exchanges, so their keys never repeat, and like them must be
+// called by every rank in the same order. They move small data through the PMIx server, which
+// keeps every published value until the job's PMIx session ends.
+
+// MaxCollBytes bounds one rank's contribution to Bcast and Allgather: PMIx servers hold the
+// values in memory and ship them in single messages.
+const MaxCollBytes = 16 << 20
+
+// ErrSize marks a collective whose ranks disagree on the data's size.
+var ErrSize = errors.New("ranks disagree on the data size")
+
+// Barrier returns when every rank has entered it (a collecting fence: under Slurm 22.05 a
+// fence without data collection completes on each node by itself).
+func (e *Exchanger) Barrier() error {
+	e.next()
+	if err := e.KV.Fence(true, e.Timeout); err != nil {
+		return fmt.Errorf("ncclid: barrier: %w", err)
+	}
+	return nil
+}
+
+// Bcast returns root's data on every rank; each rank passes the size it expects (n), and root
+// its data. A size that differs from root's is an error matching ErrSize on that rank.
+func (e *Exchanger) Bcast(root int, data []byte, n int) ([]byte, error) {
+	in := e.KV.Info()
+	seq := e.next()
+	if root < 0 || root >= in.Size {
+		return nil, fmt.Errorf("ncclid: bcast root %d, expected 0..%d", root, in.Size-1)
+	}
+	if n < 0 || n > MaxCollBytes {
+		return nil, fmt.Errorf("ncclid: bcast of %d bytes, expected 0..%d", n, MaxCollBytes)
+	}
+	key := fmt.Sprintf("gpubind.bcast.%d", seq)
+	if in.Rank == root {
+		if len(data) != n {
+			return nil, fmt.Errorf("ncclid: bcast root has %d bytes but says %d", len(data), n)
+		}
+		if err := e.KV.Put(key, data); err != nil {
+			return nil, err
+		}
+		if err := e.KV.Commit(); err != nil {
+			return nil, err
+		}
+		return append([]byte(nil), data...), nil
+	}
+	v, err := e.KV.Get(root, key, e.Timeout)
+	if err != nil {
+		return nil, fmt.Errorf("ncclid: bcast from root rank %d: %w", root, err)
+	}
+	if len(v) != n {
+		return nil, fmt.Errorf("ncclid: bcast: root rank %d sent %d bytes, rank %d expected %d: %w", root, len(v), in.Rank, n, ErrSize)
+	}
+	return v, nil
+}
+
+// Allgather returns every rank's data, in rank order; all ranks pass the same size. A rank
+// whose data has another size makes the ranks that read it fail with ErrSize.
+func (e *Exchanger) Allgather(data []byte) ([][]byte, error) {
+	in := e.KV.Info()
+	seq := e.next()
+	if len(data) > MaxCollBytes {
+		return nil, fmt.Errorf("ncclid: allgather of %d bytes per rank, expected at most %d", len(data), MaxCollBytes)
+	}
+	key := fmt.Sprintf("gpubind.allgather.%d", seq)
+	if err := e.KV.Put(key, data); err != nil {
+		return nil, err
+	}
+	if err := e.KV.Commit(); err != nil {
+		return nil, err
+	}
+	if err := e.KV.Fence(true, e.Timeout); err != nil {
+		return nil, fmt.Errorf("ncclid: allgather: fence: %w", err)
+	}
+	out := make([][]byte, in.Size)
+	for r := range out {
+		if r == in.Rank {
+			out[r] = append([]byte(nil), data...)
+			continue
+		}
+		v, err := e.KV.Get(r, key, e.Timeout)
+		if err != nil {
+			return nil, fmt.Errorf("ncclid: allgather: data of rank %d: %w", r, err)
+		}
+		if len(v) != len(data) {
+			return nil, fmt.Errorf("ncclid: allgather: rank %d sent %d bytes, rank %d sent %d: %w", r, len(v), in.Rank, len(data), ErrSize)
+		}
+		out[r] = v
+	}
+	return out, nil
+}
