@@ -4,6 +4,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -76,15 +78,20 @@ func TestCMakePackage(t *testing.T) {
 	cmd := exec.Command(filepath.Join(bin, "hello"))
 	cmd.Env = append(os.Environ(), "GPUHELPER_NCCL_LIBRARY="+nccl)
 	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "hello: rank 0/1") || !strings.Contains(string(out), "(libgpuhelper 1.0.0)") {
+	major, minor, patch := headerVersion(t)
+	version := major + "." + minor + "." + patch
+	if err != nil || !strings.Contains(string(out), "hello: rank 0/1") || !strings.Contains(string(out), "(libgpuhelper "+version+")") {
 		t.Errorf("hello: %v\n%s", err, out)
 	}
 
-	// The version file: 1.x satisfies "1.0" and "1", a 2.0 request is refused with the version found.
+	// The version file (the header's version): 1.x satisfies "1.0" and "1"; a newer minor,
+	// a 2.0 or a 0.9 request is refused with the version found.
+	next, _ := strconv.Atoi(minor)
 	for _, tc := range []struct {
 		ask string
 		ok  bool
-	}{{"1.0", true}, {"1", true}, {"0.9", false}, {"2.0", false}, {"1.1", false}} {
+	}{{"1.0", true}, {"1", true}, {major + "." + minor, true}, {"0.9", false}, {"2.0", false},
+		{major + "." + strconv.Itoa(next+1), false}} {
 		src := t.TempDir()
 		lists := "cmake_minimum_required(VERSION 3.16)\nproject(v C)\nfind_package(gpuhelper " + tc.ask + " REQUIRED)\n"
 		if err := os.WriteFile(filepath.Join(src, "CMakeLists.txt"), []byte(lists), 0o644); err != nil {
@@ -94,7 +101,7 @@ func TestCMakePackage(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("find_package(gpuhelper %s) succeeded=%v, want %v:\n%s", tc.ask, err == nil, tc.ok, out)
 		}
-		if !tc.ok && !strings.Contains(out, "1.0.0") {
+		if !tc.ok && !strings.Contains(out, version) {
 			t.Errorf("find_package(gpuhelper %s) fails without naming the version found:\n%s", tc.ask, out)
 		}
 	}
@@ -117,4 +124,22 @@ func TestCMakePackageMissingLibrary(t *testing.T) {
 	if err == nil || !strings.Contains(out, "libgpuhelper.so.1") || !strings.Contains(out, "is missing") {
 		t.Errorf("cmake with %s removed: err=%v\n%s", lib, err, out)
 	}
+}
+
+// headerVersion is GPUHELPER_VERSION_MAJOR/MINOR/PATCH of lib/gpuhelper.h, the library's
+// one version number (the CMake version file is made from it).
+func headerVersion(t *testing.T) (major, minor, patch string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testbuild.RepoRoot(), "lib", "gpuhelper.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^#define GPUHELPER_VERSION_(MAJOR|MINOR|PATCH) (\d+)`).FindAllStringSubmatch(string(b), -1) {
+		v[m[1]] = m[2]
+	}
+	if len(v) != 3 {
+		t.Fatalf("lib/gpuhelper.h: want GPUHELPER_VERSION_MAJOR/MINOR/PATCH, found %v", v)
+	}
+	return v["MAJOR"], v["MINOR"], v["PATCH"]
 }
