@@ -115,7 +115,11 @@ func TestRunCacheWarmAndCold(t *testing.T) {
 	}
 }
 
-func TestCacheInvalidatedByDriver(t *testing.T) {
+// invalidatedBy warms the cache, removes the sysfs tree so that only the cache can answer,
+// applies change to the fixture root, and requires the next run to discover again (and so
+// fail without sysfs).
+func invalidatedBy(t *testing.T, what string, change func(root string) error) {
+	t.Helper()
 	root, cache := setup(t, "pcie4")
 	req := "source=sysfs\nroot=" + root + "\ncache_dir=" + cache + "\ngres_conf=" + gresConf + "\nlocal_tasks=1\nenv.SLURM_STEP_GPUS=0\n"
 	if _, err := run(t, req); err != nil {
@@ -125,13 +129,19 @@ func TestCacheInvalidatedByDriver(t *testing.T) {
 	if _, err := run(t, req); err != nil {
 		t.Fatalf("warm: %v", err)
 	}
-	v := filepath.Join(root, "proc/driver/nvidia/version")
-	if err := os.WriteFile(v, []byte("NVRM version: NVIDIA UNIX x86_64 Kernel Module  560.1.2  x\n"), 0o644); err != nil {
+	if err := change(root); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := run(t, req); err == nil {
-		t.Fatal("a new driver version did not invalidate the cache")
+		t.Fatalf("%s did not invalidate the cache", what)
 	}
+}
+
+func TestCacheInvalidatedByDriver(t *testing.T) {
+	invalidatedBy(t, "a new driver version", func(root string) error {
+		return os.WriteFile(filepath.Join(root, "proc/driver/nvidia/version"),
+			[]byte("NVRM version: NVIDIA UNIX x86_64 Kernel Module  560.1.2  x\n"), 0o644)
+	})
 }
 
 func TestCacheRefusesInsecureFiles(t *testing.T) {
@@ -292,19 +302,7 @@ func TestNVMLOncePerBoot(t *testing.T) {
 // MIG repartitioning without a reboot changes the instances the driver lists under
 // /proc/driver/nvidia/capabilities; a cached topology from before must not be used.
 func TestCacheInvalidatedByMIGLayout(t *testing.T) {
-	root, cache := setup(t, "pcie4")
-	req := "source=sysfs\nroot=" + root + "\ncache_dir=" + cache + "\ngres_conf=" + gresConf + "\nlocal_tasks=1\nenv.SLURM_STEP_GPUS=0\n"
-	if _, err := run(t, req); err != nil {
-		t.Fatal(err)
-	}
-	os.RemoveAll(filepath.Join(root, "sys"))
-	if _, err := run(t, req); err != nil {
-		t.Fatalf("warm: %v", err)
-	}
-	if err := os.MkdirAll(filepath.Join(root, "proc/driver/nvidia/capabilities/gpu0/mig/gi1/ci0"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := run(t, req); err == nil {
-		t.Fatal("a new MIG layout did not invalidate the cache")
-	}
+	invalidatedBy(t, "a new MIG layout", func(root string) error {
+		return os.MkdirAll(filepath.Join(root, "proc/driver/nvidia/capabilities/gpu0/mig/gi1/ci0"), 0o755)
+	})
 }
