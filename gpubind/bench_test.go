@@ -1,11 +1,13 @@
 package gpubind_test
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/gpubind/gpubind/gpubind"
 	"github.com/gpubind/gpubind/gpubind/nvmlmock"
+	"github.com/gpubind/gpubind/rule"
 	"github.com/gpubind/gpubind/tests/fixtures"
 )
 
@@ -15,9 +17,9 @@ func BenchmarkPlan8GPUs128Tasks(b *testing.B) {
 	topo := snapshot(b, "dgxh100")
 	var hex []string
 	for L := 0; L < 128; L++ {
-		hex = append(hex, gpubind.NewCPUSet(L).Hex())
+		hex = append(hex, strconv.Itoa(L))
 	}
-	list := strings.Join(hex, ",")
+	layout := strings.Join(hex, ";")
 	gres := &gpubind.GresConf{AutoDetect: "nvml"}
 	for _, pol := range []string{"closest,nic", "pack", "spread", "per-task:2", "single:16"} {
 		b.Run(strings.SplitN(pol, ",", 2)[0], func(b *testing.B) {
@@ -30,10 +32,7 @@ func BenchmarkPlan8GPUs128Tasks(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				bl := gpubind.ParseCPUBindList(list)
-				for L := 0; L < tasks; L++ {
-					_ = tab.Env(tab.Resolve(L, bl, gpubind.CPUSet{}).GPUs)
-				}
+				_ = applyRule(b, tab, tasks, strings.Join(strings.Split(layout, ";")[:tasks], ";"))
 			}
 		})
 	}
@@ -48,9 +47,11 @@ func BenchmarkEncodeParseTable128(b *testing.B) {
 	text := tab.String()
 	b.SetBytes(int64(len(text)))
 	for i := 0; i < b.N; i++ {
-		if _, err := gpubind.ParseTable(strings.NewReader(tab.String())); err != nil {
+		rt, err := rule.Parse(tab.String())
+		if err != nil {
 			b.Fatal(err)
 		}
+		rt.Close()
 	}
 }
 

@@ -241,53 +241,6 @@ func ParseCPUMask(mask string) (CPUSet, error) {
 	return s, nil
 }
 
-// ParseCPUBindList parses SLURM_CPU_BIND_LIST as protocol v1 defines it: hex masks,
-// comma separated, one per local task in task order. An entry that does not parse is
-// returned as the empty set (the per-task rule treats it as "no binding known").
-func ParseCPUBindList(list string) []CPUSet {
-	list = strings.TrimSpace(list)
-	if list == "" {
-		return nil
-	}
-	parts := strings.Split(list, ",")
-	out := make([]CPUSet, len(parts))
-	for i, p := range parts {
-		if m, err := ParseCPUMask(p); err == nil {
-			out[i] = m
-		}
-	}
-	return out
-}
-
-// CPUBindMasks converts Slurm's SLURM_CPU_BIND_TYPE/SLURM_CPU_BIND_LIST pair into one
-// mask per task: map_cpu lists CPU ids, mask_cpu (and Slurm's implicit binding) hex masks.
-// It returns nil, nil when the type binds no CPU list per task (none, ldom, rank, or
-// an empty list).
-func CPUBindMasks(bindType, list string) ([]CPUSet, error) {
-	list = strings.TrimSpace(list)
-	if list == "" || !(strings.Contains(bindType, "map_cpu") || strings.Contains(bindType, "mask_cpu")) {
-		return nil, nil
-	}
-	parts := strings.Split(list, ",")
-	out := make([]CPUSet, len(parts))
-	isMap := strings.Contains(bindType, "map_cpu")
-	for i, p := range parts {
-		var err error
-		if isMap {
-			var c int
-			if c, err = parseCPUNum(strings.TrimSpace(p)); err == nil {
-				out[i] = NewCPUSet(c)
-			}
-		} else {
-			out[i], err = ParseCPUMask(p)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("SLURM_CPU_BIND_LIST=%q (type %q): entry %d: %v", list, bindType, i, err)
-		}
-	}
-	return out, nil
-}
-
 // sortedKeys returns the keys of an int-keyed map in increasing order.
 func sortedKeys[V any](m map[int]V) []int {
 	keys := make([]int, 0, len(m))

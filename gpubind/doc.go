@@ -78,11 +78,9 @@
 // SLURM_CPU_BIND_LIST at exec time). So Plan returns a Table (protocol v1 of
 // spank/PROTOCOL.md): the step's GPUs with their visible values, bus ids, UUIDs,
 // minors, NUMA nodes and NICs; per NUMA node its step GPUs best first; a fallback
-// order; share and per_task; and each task's plan-time answer. Table.Resolve applies
-// the deterministic per-task rule that the C front end also implements: every task
-// gets the same answer from its own SLURM_CPU_BIND_LIST or sched_getaffinity.
-// Table.Env gives the task's variables (CUDA_VISIBLE_DEVICES in the numbering the task
-// sees, CUDA_DEVICE_ORDER=PCI_BUS_ID, GPUBIND_GPUS, GPUBIND_PCI_BUS_IDS, GPUBIND_UUIDS,
-// GPUBIND_NUMA, and with nic NCCL_IB_HCA and UCX_NET_DEVICES) and Table.LogLine its
-// mapping line. Errors are values whose text names the bad input; nothing panics.
+// order; share and per_task; and each task's plan-time answer. The deterministic
+// per-task rule that turns a task's binding into its GPUs and environment is C
+// (rule/table.c): the front end runs it in each task, and package rule runs the same
+// code for the CLI and the tests. Errors are values whose text names the bad input;
+// nothing panics.
 package gpubind

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gpubind/gpubind/gpubind"
+	"github.com/gpubind/gpubind/rule"
 	"github.com/gpubind/gpubind/tests/fixtures"
 )
 
@@ -36,7 +37,7 @@ type planCase struct {
 	numbered gpubind.Numbering
 }
 
-func runCase(t testing.TB, c planCase, topo *gpubind.Topology, gc *gpubind.GresConf) (*gpubind.Table, []gpubind.Binding, error) {
+func runCase(t testing.TB, c planCase, topo *gpubind.Topology, gc *gpubind.GresConf) (*gpubind.Table, []rule.Result, error) {
 	req := gpubind.PlanRequest{Topo: topo, Tasks: c.tasks, Option: c.policy, Numbering: c.numbered, Gres: gc, GresFrom: "test"}
 	if req.Gres == nil {
 		req.Gres = &gpubind.GresConf{AutoDetect: "nvml"}
@@ -53,26 +54,11 @@ func runCase(t testing.TB, c planCase, topo *gpubind.Topology, gc *gpubind.GresC
 	if err != nil {
 		return nil, nil, err
 	}
-	var list []gpubind.CPUSet
-	if c.taskCPUs != "" {
-		var hex []string
-		for _, p := range strings.Split(c.taskCPUs, ";") {
-			s, err := gpubind.ParseCPUList(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			hex = append(hex, s.Hex())
-		}
-		list = gpubind.ParseCPUBindList(strings.Join(hex, ","))
-	}
-	var out []gpubind.Binding
-	for L := 0; L < c.tasks; L++ {
-		out = append(out, tab.Resolve(L, list, gpubind.CPUSet{}))
-	}
+	out := applyRule(t, tab, c.tasks, c.taskCPUs)
 	return tab, out, nil
 }
 
-func describe(tab *gpubind.Table, bs []gpubind.Binding) (idx, vis string) {
+func describe(tab *gpubind.Table, bs []rule.Result) (idx, vis string) {
 	var a, b []string
 	for _, bd := range bs {
 		var x, y []string
@@ -94,7 +80,9 @@ func TestPoliciesOnFixtures(t *testing.T) {
 		{fixture: "dgxh100", policy: "closest", tasks: 8, want: "0 1 2 3 4 5 6 7"},
 		{fixture: "dgxh100", policy: "closest", tasks: 16, want: "0 0 1 1 2 2 3 3 4 4 5 5 6 6 7 7"},
 		{fixture: "dgxh100", policy: "closest", tasks: 4, taskCPUs: "0;56;1;57", want: "0 4 1 5"},
-		{fixture: "dgxh100", policy: "closest", tasks: 6, taskCPUs: "0;1;2;3;4;112", want: "0 1 2 3 0 1"},
+		// Six tasks on NUMA 0 (112 is CPU 0's sibling): four take its GPUs, two take free
+		// GPUs from the end of the fallback order rather than double up.
+		{fixture: "dgxh100", policy: "closest", tasks: 6, taskCPUs: "0;1;2;3;4;112", want: "0 1 2 3 7 6"},
 		{fixture: "dgxh100", policy: "closest", tasks: 2, gpus: "2,6", want: "2 6", visible: "2 6"},
 		{fixture: "dgxh100", policy: "closest", tasks: 2, gpus: "2,6", taskCPUs: "60;0", want: "6 2"},
 		{fixture: "dgxh100", policy: "closest", tasks: 2, gpus: "2,6", cvd: "0,1", want: "2 6", visible: "0 1"},
@@ -110,7 +98,7 @@ func TestPoliciesOnFixtures(t *testing.T) {
 		{fixture: "dgxh100", policy: "map:1,0", tasks: 4, want: "1 0 1 0"},
 		{fixture: "dgxh100", policy: "map:0*2,7", tasks: 4, want: "0 0 7 0"},
 		{fixture: "dgxh100-2cpu", policy: "closest", tasks: 4, gpus: "0,1,4,5", taskCPUs: "0;1;0;1", want: "0 4 1 5"},
-		{fixture: "dgxh100-2cpu", policy: "closest", tasks: 8, gpus: "0,1,2,3", taskCPUs: "0;1;0;1;0;1;0;1", want: "0 3 1 2 2 1 3 0"},
+		{fixture: "dgxh100-2cpu", policy: "closest", tasks: 8, gpus: "0,1,2,3", taskCPUs: "0;1;0;1;0;1;0;1", want: "0 3 1 2 0 1 2 3"},
 		// NUMA 1 holds none of the step's GPUs: its tasks take the GPUs NUMA 0's tasks leave.
 		{fixture: "dgxh100-2cpu", policy: "closest", tasks: 4, gpus: "0,1,2,3", taskCPUs: "0;1;0;1", want: "0 3 1 2"},
 		{fixture: "dgxh100-2cpu", policy: "closest", tasks: 2, gpus: "0,1", taskCPUs: "0;1", want: "0 1"},
@@ -118,7 +106,7 @@ func TestPoliciesOnFixtures(t *testing.T) {
 		// 8 NUMA nodes, PCI order 01..e1 on NUMA 3,2,1,0,7,6,5,4.
 		{fixture: "numa8", policy: "closest", tasks: 8, want: "3 2 1 0 7 6 5 4"},
 		{fixture: "numa8", policy: "closest", tasks: 8, taskCPUs: "0;16;32;48;64;80;96;112", want: "3 2 1 0 7 6 5 4"},
-		{fixture: "numa8", policy: "closest", tasks: 2, taskCPUs: "64;65", want: "7 7"},
+		{fixture: "numa8", policy: "closest", tasks: 2, taskCPUs: "64;65", want: "7 6"},
 		{fixture: "numa8", policy: "closest", tasks: 4, want: "3 2 1 0"},
 		{fixture: "numa8", policy: "pack", tasks: 8, want: "0 1 2 3 4 5 6 7"},
 		{fixture: "numa8", policy: "spread", tasks: 8, want: "3 2 1 0 7 6 5 4"},
@@ -313,7 +301,7 @@ func TestNICsAndEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := tab.Env(bs[1].GPUs)
+	env := envMap(bs[1])
 	want := map[string]string{
 		"CUDA_VISIBLE_DEVICES": "5", "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "GPUBIND_GPUS": "5",
 		"GPUBIND_PCI_BUS_IDS": "0000:ab:00.0", "GPUBIND_UUIDS": topo.GPUs[5].UUID, "GPUBIND_NUMA": "1",
@@ -322,8 +310,8 @@ func TestNICsAndEnv(t *testing.T) {
 	if !reflect.DeepEqual(env, want) {
 		t.Errorf("env %v\nwant %v", env, want)
 	}
-	line := tab.LogLine(1, 11, bs[1].GPUs)
-	if line != "gpubind: task 1 (rank 11): CUDA_VISIBLE_DEVICES=5 -> GPU 5 0000:ab:00.0 "+topo.GPUs[5].UUID+" NUMA 1 nic mlx5_5" {
+	line := bs[1].LogLine
+	if line != "task 1 (rank 1): CUDA_VISIBLE_DEVICES=5 -> GPU 5 0000:ab:00.0 "+topo.GPUs[5].UUID+" NUMA 1 nic mlx5_5" {
 		t.Errorf("log line %q", line)
 	}
 	// cpus flag: GPU-first plans bind the CPUs of the GPU's NUMA node.

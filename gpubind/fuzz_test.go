@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gpubind/gpubind/gpubind"
+	"github.com/gpubind/gpubind/rule"
 	"github.com/gpubind/gpubind/tests/fixtures"
 )
 
@@ -45,9 +46,6 @@ func FuzzParseCPULists(f *testing.F) {
 			}
 		}
 		_, _ = gpubind.ParseCPUMask(s)
-		_ = gpubind.ParseCPUBindList(s)
-		_, _ = gpubind.CPUBindMasks("map_cpu:", s)
-		_, _ = gpubind.CPUBindMasks("mask_cpu:", s)
 	})
 }
 
@@ -82,9 +80,11 @@ func FuzzStepEnv(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if _, err := gpubind.ParseTable(strings.NewReader(tab.String())); err != nil {
+		rt, err := rule.Parse(tab.String())
+		if err != nil {
 			t.Fatalf("table from %q/%q does not parse: %v\n%s", step, cvd, err, tab)
 		}
+		rt.Close()
 	})
 }
 
@@ -118,9 +118,11 @@ func FuzzParseSnapshot(f *testing.F) {
 			if tab.Encode(&buf) != nil {
 				continue // too large for one protocol line: an error table, not a bad one
 			}
-			if _, err := gpubind.ParseTable(strings.NewReader(buf.String())); err != nil {
+			rt, err := rule.Parse(buf.String())
+			if err != nil {
 				t.Fatalf("plan %s of an accepted snapshot gives a bad table: %v\n%s", opt, err, buf.String())
 			}
+			rt.Close()
 		}
 	})
 }
@@ -154,35 +156,5 @@ func FuzzGresConf(f *testing.F) {
 			t.Fatalf("%d files", len(gc.Files))
 		}
 		_, _ = gpubind.ExpandHostlist(text)
-	})
-}
-
-// FuzzParseTable feeds arbitrary text to the table parser and resolves every task of
-// whatever parses with a fuzzed bind list.
-func FuzzParseTable(f *testing.F) {
-	f.Add("gpubind-plan 1\nstatus ok\nmode enforce\nflags nic\nrule numa\nshare 1\nper_task 2\nntasks 2\nnuma 0 0-1\nnuma 1 2-3\ngpu 0 0 0 0 0000:18:00.0 GPU-a 0 mlx5_0\ngpu 1 1 4 4 0000:9a:00.0 - 1 -\nnumagpus 0 0\nnumagpus 1 1\nfallback 0,1\ntask 0 0 -\ntask 1 1 2-3\nend 17\n", "0x1,0x4")
-	f.Add("gpubind-plan 1\nstatus error\nmessage boom\nmode optional\nend 4\n", "")
-	f.Fuzz(func(t *testing.T, text, binds string) {
-		tab, err := gpubind.ParseTable(strings.NewReader(text))
-		if err != nil {
-			return
-		}
-		if tab.Status != gpubind.StatusError {
-			again, err := gpubind.ParseTable(strings.NewReader(tab.String()))
-			if err != nil || again.String() != tab.String() {
-				t.Fatalf("re-encoded table differs: %v", err)
-			}
-		}
-		list := gpubind.ParseCPUBindList(binds)
-		for L := 0; L <= len(tab.Tasks); L++ {
-			b := tab.Resolve(L, list, gpubind.NewCPUSet(L))
-			for _, id := range b.GPUs {
-				if id < 0 || id >= len(tab.GPUs) {
-					t.Fatalf("Resolve gave gpu %d of %d", id, len(tab.GPUs))
-				}
-			}
-			_ = tab.Env(b.GPUs)
-			_ = tab.LogLine(L, L, b.GPUs)
-		}
 	})
 }

@@ -151,9 +151,6 @@ func BuildTable(in PlanInput) (*Table, error) {
 			}
 		}
 	}
-	if tab.Rule == RuleNUMA {
-		fillGPULessNodes(tab, o.Policy == PolicyPerTask)
-	}
 	for L, a := range assign {
 		k := TableTask{Local: L, GPUs: a}
 		if o.Flags.CPUs {
@@ -345,36 +342,6 @@ func mapEntry(t *Topology, st *Step, e string) (int, error) {
 		}
 	}
 	return -1, fmt.Errorf("map entry %q is not a GPU of this step (the step has GRES indices/UUIDs %v)", e, have)
-}
-
-// fillGPULessNodes gives every NUMA node that holds none of the step's GPUs a candidate
-// list of its own, so that its tasks do not pile onto the GPUs that the tasks of GPU-owning
-// nodes take first. The rule hands out each list from its front, and the tasks of a node
-// with GPUs take that node's GPUs in order; so the i-th GPU-less node takes the fallback
-// order reversed (the GPUs taken last) and rotated by i slots, which keeps several
-// GPU-less nodes apart too. Rotation is by whole groups for per-task:N, so that a task
-// still gets one best-connected group.
-func fillGPULessNodes(tab *Table, groups bool) {
-	rev := make([]int, len(tab.Fallback))
-	for i, id := range tab.Fallback {
-		rev[len(rev)-1-i] = id
-	}
-	if len(rev) == 0 {
-		return
-	}
-	step := 1
-	if groups {
-		step = max(tab.PerTask, 1)
-	}
-	i := 0
-	for _, n := range sortedKeys(tab.NUMAGPUs) {
-		if len(tab.NUMAGPUs[n]) > 0 {
-			continue
-		}
-		off := (i * step) % len(rev)
-		tab.NUMAGPUs[n] = append(append([]int(nil), rev[off:]...), rev[:off]...)
-		i++
-	}
 }
 
 // devPath is the device node of a step GPU: gres.conf's File= (what Slurm constrains), else

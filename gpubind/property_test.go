@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpubind/gpubind/gpubind"
 	"github.com/gpubind/gpubind/tests/fixtures"
+	"github.com/gpubind/gpubind/tests/tabletext"
 )
 
 // TestPlanProperties plans thousands of random steps on every fixture and checks:
@@ -69,9 +70,34 @@ func TestPlanProperties(t *testing.T) {
 		case err != nil:
 			t.Fatalf("%s: %v", desc, err)
 		}
-		back, err := gpubind.ParseTable(strings.NewReader(tab.String()))
+		back, err := tabletext.Parse(strings.NewReader(tab.String()))
 		if err != nil || back.String() != tab.String() {
 			t.Fatalf("%s: table round trip: %v", desc, err)
+		}
+		nodeOf := func(L int) int { // the NUMA node of task L's CPU, -1 without binding
+			if cpus == "" {
+				return -1
+			}
+			cpu, _ := strconv.Atoi(strings.Split(cpus, ";")[L])
+			for _, nd := range topo.NUMA {
+				if nd.CPUs.Has(cpu) {
+					return nd.ID
+				}
+			}
+			return -1
+		}
+		// Locality: when no node has more bound tasks than step GPUs, no task needs to
+		// take a GPU elsewhere, so every task gets one on its own node.
+		tasksOn, gpusOn := map[int]int{}, map[int]int{}
+		for L := range bs {
+			tasksOn[nodeOf(L)]++
+		}
+		for _, g := range tab.GPUs {
+			gpusOn[g.NUMA]++
+		}
+		roomy := tab.PerTask == 1
+		for node, k := range tasksOn {
+			roomy = roomy && (node < 0 || k <= gpusOn[node])
 		}
 		use := map[int]int{}
 		for L, b := range bs {
@@ -89,20 +115,16 @@ func TestPlanProperties(t *testing.T) {
 				seen[id] = true
 				use[id]++
 			}
-			if cpus != "" && (strings.HasPrefix(policy, "closest") || strings.HasPrefix(policy, "single")) {
-				cpu, _ := strconv.Atoi(strings.Split(cpus, ";")[L])
-				node := -1
-				for _, nd := range topo.NUMA {
-					if nd.CPUs.Has(cpu) {
-						node = nd.ID
-					}
-				}
-				ownsGPU := false
-				for _, g := range tab.GPUs {
-					ownsGPU = ownsGPU || g.NUMA == node
-				}
-				if ownsGPU && tab.GPUs[b.GPUs[0]].NUMA != node {
-					t.Fatalf("%s: task %d on NUMA %d got a GPU on NUMA %d", desc, L, node, tab.GPUs[b.GPUs[0]].NUMA)
+			if node := nodeOf(L); roomy && node >= 0 && strings.HasPrefix(policy, "closest") && tab.GPUs[b.GPUs[0]].NUMA != node {
+				t.Fatalf("%s: task %d on NUMA %d got a GPU on NUMA %d", desc, L, node, tab.GPUs[b.GPUs[0]].NUMA)
+			}
+		}
+		// Exclusive while there are enough: with T*N <= G no GPU serves two tasks
+		// (closest, per-task:N), whatever the binding.
+		if (strings.HasPrefix(policy, "closest") || strings.HasPrefix(policy, "per-task")) && T*tab.PerTask <= G {
+			for id, k := range use {
+				if k > 1 {
+					t.Fatalf("%s: GPU %d serves %d tasks though %d tasks x %d fit on %d GPUs", desc, id, k, T, tab.PerTask, G)
 				}
 			}
 		}

@@ -14,10 +14,6 @@ type PlanRequest struct {
 	Mode      string // enforce (default) or optional
 	Force     Flags  // admin: flags always on
 	Never     Flags  // admin: flags always off
-	// TaskCPUs are the tasks' CPU bindings when known at plan time (an explicit
-	// --cpu-bind in the step environment); nil otherwise. With rule numa the task
-	// lines then hold the rule's answer for them.
-	TaskCPUs []CPUSet
 }
 
 // Plan parses the option, maps the step's GPUs and builds the decision table. An
@@ -62,13 +58,6 @@ func Plan(r PlanRequest) (*Table, error) {
 	}
 	if st.Unknown {
 		tab.Status = StatusWarn
-	}
-	if tab.Rule == RuleNUMA && len(r.TaskCPUs) == r.Tasks {
-		for L := range tab.Tasks {
-			if b := tab.Resolve(L, r.TaskCPUs, CPUSet{}); b.NUMA >= 0 {
-				tab.Tasks[L].GPUs = b.GPUs
-			}
-		}
 	}
 	return tab, nil
 }

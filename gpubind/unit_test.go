@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpubind/gpubind/gpubind"
+	"github.com/gpubind/gpubind/rule"
 )
 
 func TestCPUSet(t *testing.T) {
@@ -32,16 +33,6 @@ func TestCPUSet(t *testing.T) {
 		if _, err := gpubind.ParseCPUMask(bad); err == nil {
 			t.Errorf("ParseCPUMask(%q) accepted", bad)
 		}
-	}
-	l := gpubind.ParseCPUBindList("0x1,zz,0x6")
-	if len(l) != 3 || l[0].String() != "0" || !l[1].IsEmpty() || l[2].String() != "1-2" {
-		t.Errorf("ParseCPUBindList: %v", l)
-	}
-	if m, err := gpubind.CPUBindMasks("map_cpu:", "3,1"); err != nil || m[0].String() != "3" || m[1].String() != "1" {
-		t.Errorf("CPUBindMasks map_cpu: %v %v", m, err)
-	}
-	if _, err := gpubind.CPUBindMasks("mask_cpu:", "0x1,q"); err == nil || !strings.Contains(err.Error(), "SLURM_CPU_BIND_LIST") {
-		t.Errorf("CPUBindMasks accepted a bad mask: %v", err)
 	}
 }
 
@@ -204,13 +195,16 @@ func TestTableRoundTripAndTruncation(t *testing.T) {
 		!strings.HasSuffix(text, "end 17\n") {
 		t.Fatalf("encoding:\n%s", text)
 	}
-	back, err := gpubind.ParseTable(strings.NewReader(text))
-	if err != nil || back.String() != text {
-		t.Fatalf("round trip: %v\n%s", err, back)
+	// The plugin's parser (package rule runs the C code) takes it, and refuses it cut short
+	// or changed.
+	if rt, err := rule.Parse(text); err != nil {
+		t.Fatalf("the plugin cannot read the table: %v\n%s", err, text)
+	} else {
+		rt.Close()
 	}
 	lines := strings.SplitAfter(text, "\n")
 	for cut := 1; cut < len(lines)-1; cut++ {
-		if _, err := gpubind.ParseTable(strings.NewReader(strings.Join(lines[:cut], ""))); err == nil {
+		if _, err := rule.Parse(strings.Join(lines[:cut], "")); err == nil {
 			t.Errorf("table cut after %d lines parsed", cut)
 		}
 	}
@@ -223,72 +217,19 @@ func TestTableRoundTripAndTruncation(t *testing.T) {
 		strings.Replace(text, "numagpus 1 -", "numagpus 7 -", 1),
 		text + "extra\n",
 	} {
-		if _, err := gpubind.ParseTable(strings.NewReader(bad)); err == nil {
+		if _, err := rule.Parse(bad); err == nil {
 			t.Errorf("bad table parsed:\n%s", bad)
 		}
 	}
 	var buf bytes.Buffer
 	gpubind.ErrorTable("", os.ErrNotExist).Encode(&buf)
-	if e, err := gpubind.ParseTable(&buf); err != nil || e.Status != "error" || e.Mode != "enforce" {
-		t.Errorf("error table: %v %+v", err, e)
+	rt, err := rule.Parse(buf.String())
+	if err != nil {
+		t.Fatalf("error table: %v", err)
 	}
-}
-
-// TestResolveRule checks rule section 3 on a hand-made table: NUMA by majority (ties to
-// the lowest node), k counted from the bind list, share and per_task slots, fallback.
-func TestResolveRule(t *testing.T) {
-	tab := &gpubind.Table{
-		Rule: gpubind.RuleNUMA, Share: 1, PerTask: 1, NTasks: 4,
-		NUMA:     []gpubind.TableNUMA{{ID: 0, CPUs: gpubind.NewCPUSet(0, 1)}, {ID: 1, CPUs: gpubind.NewCPUSet(2, 3)}, {ID: 2, CPUs: gpubind.NewCPUSet(4)}},
-		GPUs:     []gpubind.TableGPU{{ID: 0}, {ID: 1}, {ID: 2}},
-		NUMAGPUs: map[int][]int{0: {0, 1}, 1: {2}, 2: nil},
-		Fallback: []int{2, 0, 1},
-		Tasks:    []gpubind.TableTask{{GPUs: []int{1}}, {GPUs: []int{2}}, {GPUs: []int{0}}, {GPUs: []int{1}}},
-	}
-	mask := func(c ...int) gpubind.CPUSet { return gpubind.NewCPUSet(c...) }
-	list := []gpubind.CPUSet{mask(0), mask(2), mask(1), mask(1, 2, 3)}
-	cases := []struct {
-		L    int
-		list []gpubind.CPUSet
-		own  gpubind.CPUSet
-		want []int
-	}{
-		{0, list, gpubind.CPUSet{}, []int{0}},                 // NUMA 0, k=0
-		{1, list, gpubind.CPUSet{}, []int{2}},                 // NUMA 1, k=0
-		{2, list, gpubind.CPUSet{}, []int{1}},                 // NUMA 0, k=1
-		{3, list, gpubind.CPUSet{}, []int{2}},                 // NUMA 1 (2 of 3 CPUs), k=1 -> wraps
-		{0, nil, mask(0, 1, 2, 3, 4), []int{1}},               // every CPU: no binding -> task line
-		{2, nil, mask(4), []int{1}},                           // NUMA 2 has no GPU: fallback[k=L=2]
-		{1, nil, mask(1, 2), []int{1}},                        // tie 1:1 -> lowest node 0, k=L=1 -> C[1]
-		{3, nil, gpubind.CPUSet{}, []int{1}},                  // nothing known -> task line
-		{1, []gpubind.CPUSet{mask(0), {}}, mask(3), []int{2}}, // unparsable entry -> own mask
-	}
-	for i, c := range cases {
-		got := tab.Resolve(c.L, c.list, c.own)
-		if !reflect.DeepEqual(got.GPUs, c.want) {
-			t.Errorf("case %d: Resolve(%d) = %v, want %v", i, c.L, got.GPUs, c.want)
-		}
-	}
-	tab.Share, tab.PerTask = 2, 1
-	l4 := []gpubind.CPUSet{mask(0), mask(0), mask(1), mask(1)}
-	for L, want := range []int{0, 0, 1, 1} {
-		if got := tab.Resolve(L, l4, gpubind.CPUSet{}).GPUs; len(got) != 1 || got[0] != want {
-			t.Errorf("share 2: task %d got %v want %d", L, got, want)
-		}
-	}
-	tab.Share, tab.PerTask = 1, 2
-	for L, want := range [][]int{{0, 1}, {0, 1}} { // C has 2 GPUs: slot 2 wraps to 0,1
-		if got := tab.Resolve(L, l4[:2], gpubind.CPUSet{}).GPUs; !reflect.DeepEqual(got, want) {
-			t.Errorf("per_task 2: task %d got %v want %v", L, got, want)
-		}
-	}
-	tab.PerTask = 3 // duplicates dropped, order kept
-	if got := tab.Resolve(1, l4[:2], gpubind.CPUSet{}).GPUs; !reflect.DeepEqual(got, []int{1, 0}) {
-		t.Errorf("per_task 3 dedup: %v", got)
-	}
-	tab.Rule = gpubind.RuleTable
-	if got := tab.Resolve(0, l4, gpubind.CPUSet{}).GPUs; !reflect.DeepEqual(got, []int{1}) {
-		t.Errorf("rule table: %v", got)
+	defer rt.Close()
+	if _, err := rt.Apply(rule.Task{}); err == nil || !strings.Contains(err.Error(), "status error") {
+		t.Errorf("error table applied: %v", err)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/gpubind/gpubind/gpubind"
+	"github.com/gpubind/gpubind/rule"
 )
 
 const usage = `usage:
@@ -193,6 +194,7 @@ func cmdPlan(args []string, stdout, stderr io.Writer) error {
 	tasks := fs.Int("tasks", -1, "number of local tasks (required)")
 	gpus := fs.String("gpus", "", "the step's GPUs as SLURM_STEP_GPUS holds them: GRES indices or GPU-/MIG- UUIDs (default: all)")
 	taskCPUs := fs.String("task-cpus", "", "each task's CPU list, separated by ';' (as SLURM_CPU_BIND_LIST would bind them)")
+	stepCPUs := fs.String("step-cpus", "", "the step's CPUs (its cpuset), a CPU list (default: the whole node)")
 	policy := fs.String("policy", "closest", "POLICY[,FLAGS] as --gpu-bind-topo takes it")
 	gresConf := fs.String("gres-conf", "", "gres.conf giving the GRES order (default: PCI order, as AutoDetect=nvml)")
 	numbering := fs.String("numbering", "global", "global (tasks see all GPUs) or relative (ConstrainDevices)")
@@ -214,6 +216,11 @@ func cmdPlan(args []string, stdout, stderr io.Writer) error {
 		num = gpubind.NumberingRelative
 	default:
 		return usageError{fmt.Sprintf("--numbering %q: want global or relative", *numbering)}
+	}
+	if *stepCPUs != "" {
+		if s, err := gpubind.ParseCPUList(*stepCPUs); err != nil || s.IsEmpty() {
+			return usageError{fmt.Sprintf("--step-cpus %q: want a non-empty CPU list such as 0-3,8", *stepCPUs)}
+		}
 	}
 	var masks []gpubind.CPUSet
 	if *taskCPUs != "" {
@@ -265,44 +272,58 @@ func cmdPlan(args []string, stdout, stderr io.Writer) error {
 	if *table {
 		return tab.Encode(stdout)
 	}
-	// Each task's answer comes from the same rule the front end applies in C.
-	var bindList []gpubind.CPUSet
+	// Each task's answer comes from the rule the front end applies, run here through cgo.
+	rt, err := rule.Parse(tab.String())
+	if err != nil {
+		return fmt.Errorf("the plugin cannot read this plan: %v", err)
+	}
+	defer rt.Close()
+	bindList := ""
 	if masks != nil {
-		bindList, err = roundTripMasks(masks)
-		if err != nil {
-			return err
+		hex := make([]string, len(masks))
+		for i, m := range masks {
+			hex[i] = m.Hex()
 		}
+		bindList = strings.Join(hex, ",")
 	}
 	var out []jsonTask
 	var text strings.Builder
 	for L := 0; L < *tasks; L++ {
 		var own gpubind.CPUSet
+		k := rule.Task{Local: L, Rank: L, Step: *stepCPUs}
 		if masks != nil {
 			own = masks[L]
+			k.BindType, k.BindList, k.Own = "mask_cpu:", bindList, own.String()
 		}
-		b := tab.Resolve(L, bindList, own)
+		b, err := rt.Apply(k)
+		if err != nil {
+			return fmt.Errorf("task %d: %v", L, err)
+		}
 		cpus := own
-		if tab.Flags.CPUs && !b.CPUs.IsEmpty() {
-			cpus = b.CPUs
+		if b.CPUs != "" {
+			want, _ := gpubind.ParseCPUList(b.CPUs)
+			cpus = want
 			if !own.IsEmpty() {
-				if in := own.Intersect(b.CPUs); !in.IsEmpty() {
+				if in := own.Intersect(want); !in.IsEmpty() {
 					cpus = in
 				} else {
 					cpus = own
 				}
 			}
 		}
-		env := tab.Env(b.GPUs)
-		jt := jsonTask{Task: L, Visible: env["CUDA_VISIBLE_DEVICES"], CPUs: cpus.String(), Env: env, GPUs: []jsonGPU{}}
-		if jt.Env == nil {
-			jt.Env = map[string]string{}
+		jt := jsonTask{Task: L, CPUs: cpus.String(), Env: map[string]string{}, GPUs: []jsonGPU{}}
+		for _, kv := range b.Env {
+			if name, val, ok := strings.Cut(kv, "="); ok {
+				jt.Env[name] = val
+			}
 		}
+		jt.Visible = jt.Env["CUDA_VISIBLE_DEVICES"]
 		for _, id := range b.GPUs {
 			g := tab.GPUs[id]
 			jt.GPUs = append(jt.GPUs, jsonGPU{Index: g.NVMLIndex, BusID: g.BusID, UUID: g.UUID, NUMA: g.NUMA})
 		}
 		out = append(out, jt)
-		text.WriteString(tab.LogLine(L, L, b.GPUs))
+		text.WriteString("gpubind: " + b.LogLine)
 		if s := cpus.String(); s != "" {
 			text.WriteString(" cpus " + s)
 		}
@@ -321,19 +342,4 @@ func cmdPlan(args []string, stdout, stderr io.Writer) error {
 	}
 	_, err = io.WriteString(stdout, text.String())
 	return err
-}
-
-// roundTripMasks turns the CPU lists into SLURM_CPU_BIND_LIST text and parses it back,
-// so the CLI exercises the exact parser the rule uses.
-func roundTripMasks(masks []gpubind.CPUSet) ([]gpubind.CPUSet, error) {
-	var parts []string
-	for _, m := range masks {
-		parts = append(parts, m.Hex())
-	}
-	list := strings.Join(parts, ",")
-	out := gpubind.ParseCPUBindList(list)
-	if len(out) != len(masks) {
-		return nil, errors.New("internal: bind list of " + strconv.Itoa(len(masks)) + " masks did not round-trip")
-	}
-	return out, nil
 }

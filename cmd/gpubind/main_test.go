@@ -10,7 +10,9 @@ import (
 	"testing"
 
 	"github.com/gpubind/gpubind/gpubind"
+	"github.com/gpubind/gpubind/rule"
 	"github.com/gpubind/gpubind/tests/fixtures"
+	"github.com/gpubind/gpubind/tests/tabletext"
 )
 
 func cli(args ...string) (int, string, string) {
@@ -88,10 +90,15 @@ func TestTaskCPUsIsTheRule(t *testing.T) {
 		if rc != 0 {
 			t.Fatalf("%v: %s", args, stderr)
 		}
-		tab, err := gpubind.ParseTable(strings.NewReader(tableText))
+		tab, err := tabletext.Parse(strings.NewReader(tableText))
 		if err != nil {
 			t.Fatal(err)
 		}
+		rt, err := rule.Parse(tableText)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rt.Close()
 		rc, js, stderr := cli(append(args, "--json")...)
 		if rc != 0 {
 			t.Fatalf("%v: %s", args, stderr)
@@ -118,10 +125,18 @@ func TestTaskCPUsIsTheRule(t *testing.T) {
 			s, _ := gpubind.ParseCPUList(p)
 			hex = append(hex, s.Hex())
 		}
-		list := gpubind.ParseCPUBindList(strings.Join(hex, ","))
 		for L, task := range out.Tasks {
-			b := tab.Resolve(L, list, gpubind.CPUSet{})
-			if env := tab.Env(b.GPUs); !reflect.DeepEqual(env, task.Env) || task.Task != L || task.Visible != env["CUDA_VISIBLE_DEVICES"] || len(task.GPUs) != len(b.GPUs) {
+			own, _ := gpubind.ParseCPUList(strings.Split(c.cpus, ";")[L])
+			b, err := rt.Apply(rule.Task{Local: L, BindType: "mask_cpu:", BindList: strings.Join(hex, ","), Own: own.String()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := map[string]string{}
+			for _, kv := range b.Env {
+				k, v, _ := strings.Cut(kv, "=")
+				env[k] = v
+			}
+			if !reflect.DeepEqual(env, task.Env) || task.Task != L || task.Visible != env["CUDA_VISIBLE_DEVICES"] || len(task.GPUs) != len(b.GPUs) {
 				t.Errorf("%v task %d: json %+v, rule %v", args, L, task, env)
 			}
 			for i, id := range b.GPUs {

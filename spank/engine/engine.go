@@ -51,7 +51,6 @@ type Request struct {
 // envKeys are the env.NAME keys the engine reads.
 var envKeys = map[string]bool{
 	"SLURM_STEP_GPUS": true, "SLURM_JOB_GPUS": true, "CUDA_VISIBLE_DEVICES": true,
-	"SLURM_CPU_BIND_TYPE": true, "SLURM_CPU_BIND_LIST": true, "SLURMD_TRES_BIND": true,
 	"SLURM_CONF": true, "SLURM_GPU_BIND_TOPO": true,
 }
 
@@ -215,12 +214,6 @@ func plan(request string) (*gpubind.Table, error) {
 			StepGPUs: req.env("SLURM_STEP_GPUS"), JobGPUs: req.env("SLURM_JOB_GPUS"),
 			CudaVisible: req.env("CUDA_VISIBLE_DEVICES"),
 		},
-	}
-	// An explicit --cpu-bind is in the step environment already: plan with it.
-	if masks, err := gpubind.CPUBindMasks(req.Env["SLURM_CPU_BIND_TYPE"], req.Env["SLURM_CPU_BIND_LIST"]); err != nil {
-		return nil, err
-	} else if len(masks) == req.LocalTasks {
-		pr.TaskCPUs = masks
 	}
 	confDir := ""
 	if c := req.Env["SLURM_CONF"]; c != "" {

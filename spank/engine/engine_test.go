@@ -14,6 +14,7 @@ import (
 	"github.com/gpubind/gpubind/gpubind"
 	"github.com/gpubind/gpubind/gpubind/nvmlmock"
 	"github.com/gpubind/gpubind/tests/fixtures"
+	"github.com/gpubind/gpubind/tests/tabletext"
 )
 
 func TestParseRequest(t *testing.T) {
@@ -70,7 +71,7 @@ func run(t *testing.T, req string) (*gpubind.Table, error) {
 	t.Helper()
 	var buf bytes.Buffer
 	err := Run(req, &buf)
-	tab, perr := gpubind.ParseTable(&buf)
+	tab, perr := tabletext.Parse(&buf)
 	if perr != nil {
 		t.Fatalf("engine wrote a bad table (%v):\n%s", perr, buf.String())
 	}
@@ -236,7 +237,7 @@ func TestRunToFDAndCheck(t *testing.T) {
 	defer r.Close()
 	rc := runToFD("local_tasks=oops", fdWriter(w.Fd()))
 	w.Close()
-	tab, perr := gpubind.ParseTable(r)
+	tab, perr := tabletext.Parse(r)
 	if rc != -1 || perr != nil || tab.Status != gpubind.StatusError {
 		t.Fatalf("rc %d parse %v tab %+v", rc, perr, tab)
 	}
@@ -250,29 +251,6 @@ func TestRunToFDAndCheck(t *testing.T) {
 
 // gresConf is the AutoDetect=nvml gres.conf written by the last setup.
 var gresConf string
-
-// TestExplicitCPUBind: an explicit --cpu-bind=map_cpu in the step environment is used at
-// plan time, so the task lines already hold the NUMA rule's answer.
-func TestExplicitCPUBind(t *testing.T) {
-	root, cache := setup(t, "dgxh100")
-	req := "source=sysfs\nroot=" + root + "\ncache_dir=" + cache + "\ngres_conf=" + gresConf +
-		"\nlocal_tasks=2\nenv.SLURM_STEP_GPUS=0,4\nenv.SLURM_CPU_BIND_TYPE=map_cpu:\nenv.SLURM_CPU_BIND_LIST=60,1\n"
-	tab, err := run(t, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tab.Tasks[0].GPUs[0] != 1 || tab.Tasks[1].GPUs[0] != 0 {
-		t.Errorf("task lines %+v, want task 0 on GPU 4 (NUMA 1) and task 1 on GPU 0", tab.Tasks)
-	}
-	bad := strings.Replace(strings.Replace(req, "map_cpu:", "mask_cpu:", 1), "=60,1", "=0x1,0xq", 1)
-	if _, err := run(t, bad); err == nil || !strings.Contains(err.Error(), "0xq") {
-		t.Errorf("bad SLURM_CPU_BIND_LIST accepted: %v", err)
-	}
-	ldom := strings.Replace(req, "map_cpu:", "map_ldom:", 1)
-	if tab, err := run(t, ldom); err != nil || tab.Tasks[0].GPUs[0] != 0 {
-		t.Errorf("map_ldom list taken as CPUs: %v %+v", err, tab.Tasks)
-	}
-}
 
 // TestNVMLOncePerBoot: with the NVML mock as the library, the first run discovers
 // (NVML Init called) and later runs of the same boot read only the cache.

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpubind/gpubind/gpubind"
 	"github.com/gpubind/gpubind/tests/fixtures"
+	"github.com/gpubind/gpubind/tests/tabletext"
 )
 
 // FuzzParseRequest: any request text gives a request or an error, never a panic; and
@@ -21,7 +21,7 @@ func FuzzParseRequest(f *testing.F) {
 		// Pin the source to a fixture snapshot so the fuzzer never touches the host.
 		req := "source=snapshot\nsnapshot=" + fixtures.Snapshot("dgxh100") + "\n" + strings.NewReplacer("source=", "x=", "snapshot=", "y=", "uid=", "u=", "gid=", "g=").Replace(s)
 		_ = Run(req, &buf)
-		if _, err := gpubind.ParseTable(&buf); err != nil {
+		if _, err := tabletext.Parse(&buf); err != nil {
 			t.Fatalf("Run wrote a bad table for %q: %v\n%s", s, err, buf.String())
 		}
 	})

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpubind/gpubind/gpubind"
 	"github.com/gpubind/gpubind/tests/fixtures"
+	"github.com/gpubind/gpubind/tests/tabletext"
 )
 
 // TestDropPrivileges runs the engine in a child process (the drop is for good) with
@@ -64,7 +64,7 @@ func TestDropChild(t *testing.T) {
 	var buf bytes.Buffer
 	_ = Run(os.Getenv("GPUBIND_DROP_REQ"), &buf)
 	groups, _ := os.Getgroups()
-	tab, err := gpubind.ParseTable(bytes.NewReader(buf.Bytes()))
+	tab, err := tabletext.Parse(bytes.NewReader(buf.Bytes()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,24 @@ static int cg_failed(const char *what)
 	return -1;
 }
 
+/*
+ * A task cannot be bound. In mode=enforce the step fails: undo what the
+ * earlier tasks got, so that nothing of the plugin is left in Slurm's
+ * cgroups when Slurm tears the step down.
+ */
+static int post_fork_failed(const char *what)
+{
+	char err[1024];
+
+	if (cg_failed(what) == 0)
+		return 0;
+	for (int i = 0; i < ntask_pids; i++)
+		if (gb_cg_task_exit(cg, i, err, sizeof(err)) != GB_CG_OK)
+			gb_error("task %d: undoing its cgroup binding: %s", i,
+				 err);
+	return -1;
+}
+
 int gb_cgroup_prepare(spank_t sp, const struct gb_table *plan)
 {
 	struct gb_cg_config cfg;
@@ -128,44 +146,41 @@ static int put_mask(char *buf, size_t len, const cpu_set_t *set)
 
 /*
  * The task's GPUs, decided here because the cgroup must be set before the
- * task runs. Rule table: the task's line. Rule numa: the CPU masks that
- * Slurm gave tasks 0..lid (read from their pids, in the same form as
- * SLURM_CPU_BIND_LIST), so the choice is the one the rule makes.
+ * task runs. Rule numa: the CPU masks that Slurm gave tasks 0..lid (read
+ * from their pids, in the form of SLURM_CPU_BIND_LIST), so the choice is the
+ * one the rule makes in the task, which depends on tasks 0..lid only.
  */
 static int decide(const struct gb_table *plan, int lid, pid_t pid,
 		  struct gb_result *r, char *err, size_t errlen)
 {
-	cpu_set_t own, all;
+	const cpu_set_t *step = gb_stepd_step_cpus();
+	cpu_set_t own;
 	size_t off = 0;
 
 	if (sched_getaffinity(pid, sizeof(own), &own) < 0)
-		return gb_rule_apply(plan, lid, NULL, NULL, NULL, r, err,
+		return gb_rule_apply(plan, lid, NULL, NULL, NULL, step, r, err,
 				     errlen);
-	CPU_AND(&all, &own, &plan->node_cpus);
-	if (plan->rule != GB_RULE_NUMA || !CPU_COUNT(&plan->node_cpus) ||
-	    CPU_EQUAL(&all, &plan->node_cpus))
-		return gb_rule_apply(plan, lid, NULL, NULL, &own, r, err,
-				     errlen);
-	for (int j = 0; j <= lid; j++) {
+	for (int j = 0; plan->rule == GB_RULE_NUMA && j <= lid; j++) {
 		cpu_set_t m;
 		int n;
 
 		if (j < lid && (!task_pids[j] ||
 				sched_getaffinity(task_pids[j], sizeof(m), &m) < 0))
-			return gb_rule_apply(plan, lid, NULL, NULL, &own, r,
-					     err, errlen);
+			break;
 		n = put_mask(maskbuf + off, maskbuf_len - off - 1,
 			     j < lid ? &m : &own);
 		if (n < 0)
-			return gb_rule_apply(plan, lid, NULL, NULL, &own, r,
-					     err, errlen);
+			break;
 		off += (size_t)n;
-		if (j < lid)
-			maskbuf[off++] = ',';
+		if (j == lid) {
+			maskbuf[off] = '\0';
+			return gb_rule_apply(plan, lid, "mask_cpu", maskbuf,
+					     &own, step, r, err, errlen);
+		}
+		maskbuf[off++] = ',';
 	}
-	maskbuf[off] = '\0';
-	return gb_rule_apply(plan, lid, "mask_cpu", maskbuf, &own, r, err,
-			     errlen);
+	/* Rule table, or the earlier tasks' masks are unknown. */
+	return gb_rule_apply(plan, lid, NULL, NULL, &own, step, r, err, errlen);
 }
 
 int gb_cgroup_task_post_fork(spank_t sp, const struct gb_table *plan)
@@ -183,18 +198,18 @@ int gb_cgroup_task_post_fork(spank_t sp, const struct gb_table *plan)
 	if ((src = spank_get_item(sp, S_TASK_ID, &lid)) != ESPANK_SUCCESS ||
 	    (src = spank_get_item(sp, S_TASK_PID, &pid)) != ESPANK_SUCCESS) {
 		gb_spank_error("spank_get_item", "S_TASK_ID/S_TASK_PID", src);
-		return cg_failed("cgroup binding: cannot identify the task");
+		return post_fork_failed("cgroup binding: cannot identify the task");
 	}
 	if (lid < 0 || lid >= ntask_pids) {
 		(void) snprintf(why, sizeof(why),
 				"cgroup binding: task %d is not in the plan", lid);
-		return cg_failed(why);
+		return post_fork_failed(why);
 	}
 	task_pids[lid] = pid;
 	if (decide(plan, lid, pid, &r, err, sizeof(err))) {
 		(void) snprintf(why, sizeof(why), "cgroup binding: task %d: %s",
 				lid, err);
-		return cg_failed(why);
+		return post_fork_failed(why);
 	}
 	CPU_ZERO(&mems);
 	for (int i = 0; i < r.ngpus; i++) {
@@ -220,7 +235,7 @@ int gb_cgroup_task_post_fork(spank_t sp, const struct gb_table *plan)
 	}
 	(void) snprintf(why, sizeof(why), "cgroup binding %s for task %d: %s",
 			rc == GB_CG_REFUSED ? "refused" : "failed", lid, err);
-	return cg_failed(why);
+	return post_fork_failed(why);
 }
 
 int gb_cgroup_task_exit(spank_t sp)

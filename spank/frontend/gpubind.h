@@ -14,6 +14,7 @@
 #ifndef GPUBIND_FRONTEND_H
 #define GPUBIND_FRONTEND_H
 
+#include <sched.h>
 #include <slurm/spank.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -77,7 +78,10 @@ int gb_local_init_post_opt(spank_t sp);
 /* stepd.c */
 int gb_stepd_init_post_opt(spank_t sp);
 int gb_stepd_task_init(spank_t sp);
+void gb_stepd_user_init(void);
 void gb_stepd_exit(void);
+/* The CPUs the step may use (its cpuset), NULL when unknown. */
+const cpu_set_t *gb_stepd_step_cpus(void);
 struct gb_table;
 const struct gb_table *gb_stepd_plan(void);
 

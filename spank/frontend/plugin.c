@@ -86,6 +86,16 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 	return gb_stepd_task_init(sp);
 }
 
+int slurm_spank_user_init(spank_t sp, int ac, char **av)
+{
+	(void) sp;
+	(void) ac;
+	(void) av;
+	if (spank_context() == S_CTX_REMOTE && gb_stepd_plan())
+		gb_stepd_user_init();
+	return 0;
+}
+
 /*
  * With SlurmdParameters=contain_spank these may run in a clone(CLONE_VM)
  * child: plain C only (the cgroup moves of cgroup_stepd.c and a debug line).

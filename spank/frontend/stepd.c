@@ -38,11 +38,32 @@ static int plan_problem_fatal;
 /* Step environment values handed to the engine (PROTOCOL.md 1). */
 static const char *const request_env[] = {
 	"SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES",
-	"SLURM_CPU_BIND_TYPE", "SLURM_CPU_BIND_LIST", "SLURMD_TRES_BIND",
 	"SLURM_CONF", GB_ENV_OPTION,
 };
 
 /* For H-E's cgroup code: the plan of this step, NULL when unbound. */
+/*
+ * The step's CPUs: slurmstepd's own affinity once task/cgroup moved it into
+ * the step's cpuset (task_p_pre_setuid, which Slurm runs before
+ * slurm_spank_user_init). A task mask that holds all of them is no per-task
+ * binding. Written before the tasks are forked, so they inherit it.
+ */
+static cpu_set_t step_cpus;
+static int have_step_cpus;
+
+void gb_stepd_user_init(void)
+{
+	have_step_cpus = !sched_getaffinity(0, sizeof(step_cpus), &step_cpus);
+	if (!have_step_cpus)
+		gb_debug("sched_getaffinity: %s; the step's CPUs are unknown",
+			 strerror(errno));
+}
+
+const cpu_set_t *gb_stepd_step_cpus(void)
+{
+	return have_step_cpus ? &step_cpus : NULL;
+}
+
 const struct gb_table *gb_stepd_plan(void)
 {
 	return plan_active ? &plan : NULL;
@@ -417,8 +438,8 @@ int gb_stepd_task_init(spank_t sp)
 	}
 	if (!sched_getaffinity(0, sizeof(own), &own))
 		ownp = &own;
-	if (gb_rule_apply(&plan, lid, btype, blist, ownp, &res, err,
-			  sizeof(err))) {
+	if (gb_rule_apply(&plan, lid, btype, blist, ownp, gb_stepd_step_cpus(),
+			  &res, err, sizeof(err))) {
 		char why[700];
 
 		(void) snprintf(why, sizeof(why), "task %d: %s", lid, err);

@@ -66,8 +66,8 @@ func tool(t testing.TB) string {
 		toolPath = filepath.Join(buildDir, "cgtool")
 		fe := filepath.Join(root, "spank", "frontend")
 		args := []string{"-Wall", "-Wextra", "-Werror", "-O2", "-g", "-D_GNU_SOURCE",
-			"-I", fe, filepath.Join(root, "tests", "cgroup", "csrc", "cgtool.c"),
-			filepath.Join(fe, "cgroup_common.c"), filepath.Join(fe, "table.c"), filepath.Join(fe, "cgroup_v1.c"),
+			"-I", fe, "-I", filepath.Join(root, "rule"), filepath.Join(root, "tests", "cgroup", "csrc", "cgtool.c"),
+			filepath.Join(fe, "cgroup_common.c"), filepath.Join(root, "rule", "table.c"), filepath.Join(fe, "cgroup_v1.c"),
 			filepath.Join(fe, "cgroup_v2.c"), "-o", toolPath}
 		out, err := exec.Command("gcc", args...).CombinedOutput()
 		if err != nil {

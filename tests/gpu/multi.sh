@@ -106,7 +106,7 @@ print("median slowest rank, exec -> NCCL ID: gpuhelper_init %.1f ms, MPI_Bcast b
 EOF
 
 section "5. isolate: each rank may open only its own GPU (cgroup v2 BPF, the plugin's code)"
-gcc "${W[@]}" -D_GNU_SOURCE -Ispank/frontend tests/cgroup/csrc/cgtool.c spank/frontend/cgroup_common.c spank/frontend/table.c \
+gcc "${W[@]}" -D_GNU_SOURCE -Ispank/frontend -Irule tests/cgroup/csrc/cgtool.c spank/frontend/cgroup_common.c rule/table.c \
 	spank/frontend/cgroup_v1.c spank/frontend/cgroup_v2.c -o "$work/cgtool" || failed=1
 minors=$(awk '/Device Minor/{print $3}' /proc/driver/nvidia/gpus/*/information | sort -n | paste -sd,)
 # rank i (local rank) takes the i-th GPU in PCI order, as gpuhelper_init does without the plugin;

@@ -84,14 +84,14 @@ func TestDGXOneNode(t *testing.T) {
 		}
 		// Slurm allocates GRES 0-3, all on NUMA 0: the CPU 0 tasks take
 		// them in order; the CPU 1 tasks (NUMA 1 holds none of the step's
-		// GPUs) take them from the other end, so no GPU doubles up early.
+		// GPUs) take them from the other end, so no GPU doubles up before
+		// every GPU has a task: tasks 0-3 get 0, 3, 1, 2.
 		for _, k := range tasks {
-			want := dgxBus[k.Rank/2]
-			if k.Rank%2 == 1 {
-				want = dgxBus[3-k.Rank/2]
+			if want := []int{0, 3, 1, 2}; k.Rank < 4 && k.BusIDs != dgxBus[want[k.Rank]] {
+				t.Errorf("task %d (CPU %s): %s, want %s", k.Rank, k.CPUs, k.BusIDs, dgxBus[want[k.Rank]])
 			}
-			if k.BusIDs != want || dgxNUMA(k.BusIDs) != 0 {
-				t.Errorf("task %d (CPU %s): %s, want %s", k.Rank, k.CPUs, k.BusIDs, want)
+			if dgxNUMA(k.BusIDs) != 0 {
+				t.Errorf("task %d: %s is not a GPU of the step", k.Rank, k.BusIDs)
 			}
 		}
 	})

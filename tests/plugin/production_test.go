@@ -185,3 +185,58 @@ func TestStepWithoutGPUsInAJobWithGPUs(t *testing.T) {
 		}
 	}
 }
+
+// Review finding: a step-wide CPU mask counted as a per-task binding, and tasks on one
+// NUMA node doubled up on its GPUs while others idled. gres.conf lists the GPUs as minors
+// 0,4,5,1,2,6,3,7, so Slurm's first four are 0,4,5,1: two on each NUMA node
+// (dgxh100-2cpu: CPU 0 and GPUs 0-3 are NUMA 0, CPU 1 and GPUs 4-7 NUMA 1). A step of four
+// tasks in one CPU (CPU 0, --overcommit) without per-task binding must still give each
+// task its own GPU. Before, all four chose from NUMA 0 and got GPUs 0,1,0,1.
+//
+// Review finding: per-task:N gave overlapping or short groups. Slurm's first six GPUs are
+// 0,4,5,1,2,6: three on each node. Two tasks bound to CPU 0 ask for 2 GPUs each: each must
+// get two GPUs of its own (before: {0,1} and {2,0}).
+func TestTaskBindingInProduction(t *testing.T) {
+	line := plugLine(t, "root="+fixture("dgxh100-2cpu"), "source=sysfs")
+	var gres []string
+	for _, m := range []int{0, 4, 5, 1, 2, 6, 3, 7} {
+		gres = append(gres, "Name=gpu File=@DEV@/nvidia"+strconv.Itoa(m))
+	}
+	c := cluster.StartT(t, cluster.Config{CPUs: 8, TaskPlugin: "task/cgroup,task/affinity",
+		Proctrack: "proctrack/cgroup", ConstrainDevices: true, GPUs: 8, PlugStack: []string{line}, GresConf: gres})
+	script := `a=; for f in ` + c.DevDir + `/nvidia[0-9]*; do [ -r "$f" ] && [ -w "$f" ] && a="$a${a:+,}${f##*nvidia}"; done; ` +
+		`echo "B $SLURM_LOCALID ${GPUBIND_PCI_BUS_IDS:--} $(awk '/Cpus_allowed_list/{print $2}' /proc/self/status) ${a:--} $SLURM_CPU_BIND_TYPE $SLURM_CPU_BIND_LIST $SLURM_CPU_BIND"`
+	busRe := regexp.MustCompile(`(?m)^B (\d+) (\S+) (\S+) (\S+)`)
+	check := func(t *testing.T, tasks, perTask int, args ...string) {
+		out, errOut, err := c.Srun(ctx(t), append(args, "sh", "-c", script)...)
+		if err != nil {
+			t.Fatalf("srun %v: %v\n%s\n%s", args, err, out, errOut)
+		}
+		lines := busRe.FindAllStringSubmatch(out, -1)
+		if len(lines) != tasks {
+			t.Fatalf("srun %v: %d task lines, want %d:\n%s", args, len(lines), tasks, out)
+		}
+		owner := map[string]string{}
+		for _, m := range lines {
+			buses := splitList(m[2])
+			if len(buses) != perTask {
+				t.Errorf("task %s got GPUs %v, want %d (Slurm %s)", m[1], buses, perTask, slurmVersion(c))
+			}
+			for _, b := range buses {
+				if o, ok := owner[b]; ok {
+					t.Errorf("GPU %s given to tasks %s and %s though there are enough for all (Slurm %s)", b, o, m[1], slurmVersion(c))
+				}
+				owner[b] = m[1]
+			}
+		}
+		if t.Failed() {
+			t.Logf("srun %v:\n%s", args, out)
+		}
+	}
+	t.Run("step cpuset is no per-task binding", func(t *testing.T) {
+		check(t, 4, 1, "-n4", "--overcommit", "-c1", "--gpus=4", "--cpu-bind=none", "--gpu-bind-topo")
+	})
+	t.Run("per-task:2 groups are exclusive", func(t *testing.T) {
+		check(t, 2, 2, "-n2", "--gpus=6", "--cpu-bind=map_cpu:0,0", "--gpu-bind-topo=per-task:2")
+	})
+}

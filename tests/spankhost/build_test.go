@@ -42,10 +42,6 @@ func build(t testing.TB) {
 			testbuild.FrontendMake(dir),
 			{"gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-rdynamic", "-o", bin.host,
 				filepath.Join(root, "tests/spankhost/csrc/host.c"), "-ldl", "-lpthread"},
-			{"gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-D_GNU_SOURCE",
-				"-I", filepath.Join(root, "spank/frontend"), "-o", filepath.Join(dir, "rule_check"),
-				filepath.Join(root, "tests/spankhost/csrc/rule_check.c"),
-				filepath.Join(root, "spank/frontend/table.c"), "-ldl"},
 		}
 		for _, m := range []string{"table", "crash", "hang", "garbage", "truncated", "huge", "linger", "frozen"} {
 			so := filepath.Join(dir, "engine_"+m+".so")

@@ -1,8 +1,11 @@
 package spankhost
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -232,4 +235,31 @@ func TestPlugstackArgs(t *testing.T) {
 	if r.rc(t, "init") != -1 || !strings.Contains(r.stderr, "mode= given twice") {
 		t.Errorf("duplicate: %s", r.stderr)
 	}
+}
+
+// planTask is one task of `gpubind plan --json`.
+type planTask struct {
+	Task    int               `json:"task"`
+	Visible string            `json:"visible"`
+	GPUs    []planGPU         `json:"gpus"`
+	CPUs    string            `json:"cpus"`
+	Env     map[string]string `json:"env"`
+}
+
+type planGPU struct {
+	Index int    `json:"index"`
+	BusID string `json:"pci_bus_id"`
+	UUID  string `json:"uuid"`
+	NUMA  int    `json:"numa"`
+}
+
+func cli(args ...string) (string, error) {
+	cmd := exec.Command(filepath.Join(bin.dir, "gpubind"), args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if err != nil {
+		return "", fmt.Errorf("gpubind %s: %v: %s", strings.Join(args, " "), err, errb.String())
+	}
+	return out.String(), nil
 }

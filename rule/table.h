@@ -12,8 +12,14 @@
 #include <sched.h>
 #include <stddef.h>
 
+/* Protocol v1 limits; the engine's gpubind.MaxTable* and MaxPerTask/MaxShare are
+ * the same numbers (rule_test.go checks). */
 #define GB_TABLE_MAX_BYTES (1024 * 1024)
 #define GB_TABLE_MAX_LINE 4096
+#define GB_TABLE_MAX_TASKS 4096
+#define GB_TABLE_MAX_GPUS 1024
+#define GB_TABLE_MAX_NUMA 1024
+#define GB_TABLE_MAX_SHARE 1024
 #define GB_MAX_PER_TASK 64
 
 enum gb_status { GB_STATUS_OK, GB_STATUS_WARN, GB_STATUS_ERROR };
@@ -56,7 +62,6 @@ struct gb_table {
 	enum gb_status status;
 	char **messages;
 	int nmessages;
-	int mode_optional;   /* "mode optional" */
 	unsigned flags;
 	enum gb_rule rule;
 	int share;
@@ -70,9 +75,12 @@ struct gb_table {
 	int nfallback;
 	struct gb_task *tasks;
 	cpu_set_t node_cpus;  /* union of all numa lines */
-	/* Scratch for gb_result_restrict in the task child: one byte per GPU,
-	 * allocated by gb_table_parse so that the task child never allocates. */
+	/* Scratch for the task child, allocated by gb_table_parse so that the
+	 * task child never allocates: one byte per GPU for gb_result_restrict,
+	 * and the numa rule's units (see gb_rule_apply). */
 	unsigned char *can_open;
+	int *unit_at;         /* per GPU: the unit it starts, or -1 */
+	int *unit_used;       /* per unit: tasks that took it so far */
 };
 
 /* The answer for one task. */
@@ -98,14 +106,20 @@ int gb_table_parse(const char *text, size_t len, struct gb_table *t,
 void gb_table_free(struct gb_table *t);
 
 /*
- * Apply the rule for local task lid. bind_type/bind_list are the task's
- * SLURM_CPU_BIND_TYPE / SLURM_CPU_BIND_LIST (NULL when unset); own is the
- * task's sched_getaffinity mask (NULL when unknown). current is the mask
- * the task has now (for the cpus flag; NULL: take the table's list as is).
+ * Apply the rule (PROTOCOL.md section 3) for local task lid. bind_type and
+ * bind_list are the task's SLURM_CPU_BIND_TYPE / SLURM_CPU_BIND_LIST (NULL
+ * when unset); own is the task's sched_getaffinity mask (NULL when
+ * unknown); step is the set of CPUs the step may use (its cpuset; NULL: the
+ * whole node). A mask that holds every CPU of step is no per-task binding.
+ * The numa rule hands out units (per_task GPUs of the fallback order, share
+ * tasks each): a free unit on the task's NUMA node, else a free one from
+ * the end of fallback, else the least used; it replays the earlier tasks'
+ * choices from bind_list, so every task finds the same answer on its own.
  */
 int gb_rule_apply(const struct gb_table *t, int lid, const char *bind_type,
 		  const char *bind_list, const cpu_set_t *own,
-		  struct gb_result *r, char *err, size_t errlen);
+		  const cpu_set_t *step, struct gb_result *r, char *err,
+		  size_t errlen);
 
 /*
  * Keep the task within the step GPUs it may open, and number them as CUDA
@@ -138,7 +152,5 @@ int gb_result_env(const struct gb_table *t, const struct gb_result *r,
 		  char *buf, size_t len);
 int gb_result_logline(const struct gb_table *t, const struct gb_result *r,
 		      int lid, long rank, char *buf, size_t len);
-
-const char *gb_flags_string(unsigned flags, char *buf, size_t len);
 
 #endif

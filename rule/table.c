@@ -193,36 +193,6 @@ static int parse_flags(const char *s, unsigned *flags)
 	return 0;
 }
 
-const char *gb_flags_string(unsigned flags, char *buf, size_t len)
-{
-	static const struct {
-		unsigned f;
-		const char *n;
-	} names[] = {
-		{ GB_FLAG_VERBOSE, "verbose" }, { GB_FLAG_NIC, "nic" },
-		{ GB_FLAG_CPUS, "cpus" }, { GB_FLAG_ISOLATE, "isolate" },
-	};
-	size_t off = 0;
-
-	if (!len)
-		return buf;
-	buf[0] = '\0';
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		int n;
-
-		if (!(flags & names[i].f))
-			continue;
-		n = snprintf(buf + off, len - off, "%s%s", off ? "," : "",
-			     names[i].n);
-		if (n < 0 || (size_t) n >= len - off)
-			break;
-		off += n;
-	}
-	if (!off)
-		(void) snprintf(buf, len, "-");
-	return buf;
-}
-
 /* Split line in place into at most max fields at single spaces. */
 static int split(char *line, char **f, int max)
 {
@@ -268,6 +238,8 @@ void gb_table_free(struct gb_table *t)
 	free(t->gpus);
 	free(t->fallback);
 	free(t->can_open);
+	free(t->unit_at);
+	free(t->unit_used);
 	if (t->tasks)
 		for (int i = 0; i < t->ntasks; i++)
 			free(t->tasks[i].gpus);
@@ -281,6 +253,29 @@ static int check_ids(const int *ids, int n, int ngpus)
 		if (ids[i] < 0 || ids[i] >= ngpus)
 			return ids[i];
 	return -1;
+}
+
+/*
+ * Scratch for the task child, which must not allocate: can_open for
+ * gb_result_restrict, unit_used for the numa rule, and unit_at, the unit
+ * whose first GPU is each GPU (-1 for none).
+ */
+static int index_units(struct gb_table *t)
+{
+	size_t n = (size_t) t->ngpus + 1;
+	int per = t->per_task;
+
+	t->can_open = calloc(n, 1);
+	t->unit_at = malloc(n * sizeof(int));
+	t->unit_used = calloc(n, sizeof(int));
+	if (!t->can_open || !t->unit_at || !t->unit_used)
+		return -1;
+	for (int i = 0; i < t->ngpus; i++)
+		t->unit_at[i] = -1;
+	for (int i = 0; i < t->nfallback; i += per)
+		if (i == 0 || i + per <= t->nfallback)
+			t->unit_at[t->fallback[i]] = i / per;
+	return 0;
 }
 
 int gb_table_parse(const char *text, size_t len, struct gb_table *t,
@@ -387,11 +382,8 @@ int gb_table_parse(const char *text, size_t len, struct gb_table *t,
 				goto badline;
 			have_status = 1;
 		} else if (!strcmp(f[0], "mode") && nf == 2) {
-			if (!strcmp(f[1], "enforce"))
-				t->mode_optional = 0;
-			else if (!strcmp(f[1], "optional"))
-				t->mode_optional = 1;
-			else
+			/* The plugstack's mode decides; the line is checked only. */
+			if (strcmp(f[1], "enforce") && strcmp(f[1], "optional"))
 				goto badline;
 		} else if (!strcmp(f[0], "flags") && nf == 2) {
 			if (parse_flags(f[1], &t->flags))
@@ -405,7 +397,7 @@ int gb_table_parse(const char *text, size_t len, struct gb_table *t,
 				goto badline;
 			have_rule = 1;
 		} else if (!strcmp(f[0], "share") && nf == 2) {
-			if (parse_int(f[1], 1, 1 << 20, &v))
+			if (parse_int(f[1], 1, GB_TABLE_MAX_SHARE, &v))
 				goto badline;
 			t->share = (int) v;
 		} else if (!strcmp(f[0], "per_task") && nf == 2) {
@@ -413,7 +405,8 @@ int gb_table_parse(const char *text, size_t len, struct gb_table *t,
 				goto badline;
 			t->per_task = (int) v;
 		} else if (!strcmp(f[0], "ntasks") && nf == 2) {
-			if (have_ntasks || parse_int(f[1], 0, 1 << 20, &v))
+			if (have_ntasks ||
+			    parse_int(f[1], 0, GB_TABLE_MAX_TASKS, &v))
 				goto badline;
 			t->ntasks = (int) v;
 			t->tasks = calloc(v ? v : 1, sizeof(*t->tasks));
@@ -423,7 +416,7 @@ int gb_table_parse(const char *text, size_t len, struct gb_table *t,
 		} else if (!strcmp(f[0], "numa") && nf == 3) {
 			struct gb_numa *n;
 
-			if (parse_int(f[1], 0, 1 << 16, &v))
+			if (parse_int(f[1], 0, GB_TABLE_MAX_NUMA - 1, &v))
 				goto badline;
 			for (int i = 0; i < t->nnuma; i++)
 				if (t->numa[i].node == v)
@@ -447,7 +440,7 @@ int gb_table_parse(const char *text, size_t len, struct gb_table *t,
 		} else if (!strcmp(f[0], "gpu") && (nf == 9 || nf == 10)) {
 			struct gb_gpu *g;
 
-			if (parse_int(f[1], 0, 1 << 16, &v) || v != t->ngpus)
+			if (parse_int(f[1], 0, GB_TABLE_MAX_GPUS - 1, &v) || v != t->ngpus)
 				goto badline;
 			if (t->ngpus == ngpus_cap) {
 				int c = ngpus_cap ? 2 * ngpus_cap : 8;
@@ -589,8 +582,7 @@ int gb_table_parse(const char *text, size_t len, struct gb_table *t,
 			goto out;
 		}
 	}
-	t->can_open = calloc((size_t) t->ngpus + 1, 1);
-	if (!t->can_open)
+	if (index_units(t))
 		goto oom;
 	rc = 0;
 	goto out;
@@ -665,34 +657,32 @@ static int parse_cpuid(const char *s, size_t l, cpu_set_t *set)
 	return 0;
 }
 
+/* Reads SLURM_CPU_BIND_LIST entry by entry (PROTOCOL.md section 3, item 5). */
+struct bind_iter {
+	const char *list; /* NULL: no list */
+	const char *pos;  /* next entry; NULL: start over */
+	int is_map;       /* map_cpu: CPU ids, else hex masks */
+};
+
 /*
- * The mask of local task idx from SLURM_CPU_BIND_LIST (PROTOCOL.md 3.4):
- * entry idx of the comma list; an entry that does not parse, or is empty,
- * counts as no entry, and so does an index past the list's end. Returns 1
- * with set filled, 0 for no entry.
+ * The next task's entry. Like Slurm, a list with fewer entries than tasks
+ * is reused from its start. Returns 1 with set filled, 0 for an entry that
+ * does not parse or is empty (it counts as no entry), -1 without a list.
  */
-static int bind_entry(const char *list, int is_map, int idx, cpu_set_t *set)
+static int next_entry(struct bind_iter *it, cpu_set_t *set)
 {
-	const char *p = list;
-	int pos = 0;
+	const char *p;
+	size_t l;
 
-	if (!list || !*list || idx < 0)
+	if (!it->list)
+		return -1;
+	p = it->pos ? it->pos : it->list;
+	l = strcspn(p, ",");
+	it->pos = p[l] ? p + l + 1 : NULL;
+	if ((it->is_map ? parse_cpuid(p, l, set) : parse_mask(p, l, set)) ||
+	    CPU_COUNT(set) == 0)
 		return 0;
-	for (;;) {
-		size_t l = strcspn(p, ",");
-
-		if (pos == idx) {
-			if ((is_map ? parse_cpuid(p, l, set)
-				    : parse_mask(p, l, set)) ||
-			    CPU_COUNT(set) == 0)
-				return 0;
-			return 1;
-		}
-		if (!p[l])
-			return 0;
-		p += l + 1;
-		pos++;
-	}
+	return 1;
 }
 
 /* NUMA node holding most CPUs of set (ties: lowest id); -1 if none. */
@@ -723,6 +713,32 @@ static const struct gb_numa *numa_by_node(const struct gb_table *t, int node)
 	return NULL;
 }
 
+/*
+ * The NUMA node whose GPUs a task with this mask should take, or -1 for
+ * none (the task takes its plan line). A mask that holds every CPU the
+ * step may use is no per-task binding: it counts only when the step itself
+ * sits on one NUMA node (a partial-node step), and never for a whole-node
+ * step or one spread over several nodes.
+ */
+static int bound_node(const struct gb_table *t, const cpu_set_t *mask,
+		      const cpu_set_t *step)
+{
+	cpu_set_t m, s, both;
+	int n;
+
+	CPU_AND(&m, mask, &t->node_cpus);
+	CPU_AND(&s, step, &t->node_cpus);
+	CPU_AND(&both, &m, &s);
+	if (!CPU_COUNT(&m))
+		return -1;
+	if (!CPU_COUNT(&s) || !CPU_EQUAL(&both, &s))
+		return numa_of(t, &m);
+	if (CPU_EQUAL(&s, &t->node_cpus) || (n = numa_of(t, &s)) < 0)
+		return -1;
+	CPU_AND(&both, &s, &numa_by_node(t, n)->cpus);
+	return CPU_EQUAL(&both, &s) ? n : -1;
+}
+
 static void add_gpu(struct gb_result *r, int id)
 {
 	for (int i = 0; i < r->ngpus; i++)
@@ -732,17 +748,106 @@ static void add_gpu(struct gb_result *r, int id)
 		r->gpus[r->ngpus++] = id;
 }
 
+/*
+ * Units of the numa rule: runs of per_task GPUs of the fallback order (the
+ * engine writes it in packed groups), each with share slots. Unit u is on
+ * NUMA node n when its first GPU is in "numagpus n".
+ */
+static int unit_count(const struct gb_table *t)
+{
+	int n = t->nfallback / t->per_task;
+
+	return n ? n : (t->nfallback ? 1 : 0);
+}
+
+/*
+ * The unit the next task on node takes, given the slots used so far:
+ * a free unit on its node (in the node's order), else a free unit anywhere,
+ * taken from the end of the fallback order (its front is what the tasks of
+ * other nodes take first), else, all slots taken, the least used unit on
+ * its node, else the least used unit. So groups are exclusive while there
+ * are enough, and shared evenly after that.
+ */
+static int pick_unit(const struct gb_table *t, int node, const int *used)
+{
+	const struct gb_numa *nn = numa_by_node(t, node);
+	int units = unit_count(t), best = -1;
+
+	for (int i = 0; nn && i < nn->ngpus; i++) {
+		int u = t->unit_at[nn->gpus[i]];
+
+		if (u >= 0 && used[u] < t->share)
+			return u;
+	}
+	for (int u = units - 1; u >= 0; u--)
+		if (used[u] < t->share)
+			return u;
+	for (int i = 0; nn && i < nn->ngpus; i++) {
+		int u = t->unit_at[nn->gpus[i]];
+
+		if (u >= 0 && (best < 0 || used[u] < used[best]))
+			best = u;
+	}
+	if (best >= 0)
+		return best;
+	for (int u = 0; u < units; u++)
+		if (best < 0 || used[u] < used[best])
+			best = u;
+	return best;
+}
+
+/* The table's answer for task lid ("task L" line). */
+static void take_task_line(const struct gb_table *t, int lid,
+			   struct gb_result *r)
+{
+	const struct gb_task *tk = &t->tasks[lid];
+
+	for (int i = 0; i < tk->ngpus; i++)
+		add_gpu(r, tk->gpus[i]);
+	r->by_table = 1;
+	if ((t->flags & GB_FLAG_CPUS) && tk->has_cpus) {
+		r->cpus = tk->cpus;
+		r->set_cpus = 1;
+	}
+}
+
+/*
+ * The numa rule for task lid on node: replay the choices of the local tasks
+ * before it (from the bind list; with only the task's own mask, the earlier
+ * tasks count as on its node), then take the next unit.
+ */
+static void take_unit(const struct gb_table *t, int lid, int node,
+		      struct bind_iter it, const cpu_set_t *step,
+		      struct gb_result *r)
+{
+	int *used = t->unit_used, units = unit_count(t), u, first;
+
+	if (!units)
+		return; /* no step GPU: the plan said so with a warning */
+	memset(used, 0, sizeof(*used) * (size_t) units);
+	for (int j = 0; j < lid; j++) {
+		cpu_set_t m;
+		int n = node, e = next_entry(&it, &m);
+
+		if (e >= 0)
+			n = e > 0 ? bound_node(t, &m, step) : -1;
+		if (n >= 0)
+			used[pick_unit(t, n, used)]++;
+	}
+	u = pick_unit(t, node, used);
+	first = u * t->per_task;
+	for (int i = 0; i < t->per_task && first + i < t->nfallback; i++)
+		add_gpu(r, t->fallback[first + i]);
+}
+
 int gb_rule_apply(const struct gb_table *t, int lid, const char *bind_type,
 		  const char *bind_list, const cpu_set_t *own,
-		  struct gb_result *r, char *err, size_t errlen)
+		  const cpu_set_t *step, struct gb_result *r, char *err,
+		  size_t errlen)
 {
 	cpu_set_t mine;
-	int is_map = 0, have = 0, from_list = 0, k = 0, node;
-
-	CPU_ZERO(&mine);
-	const struct gb_numa *nn;
-	const int *cand;
-	int ncand, s;
+	struct bind_iter it = { NULL, NULL, 0 };
+	int node = -1, e = -1;
 
 	memset(r, 0, sizeof(*r));
 	if (t->status == GB_STATUS_ERROR) {
@@ -754,61 +859,28 @@ int gb_rule_apply(const struct gb_table *t, int lid, const char *bind_type,
 		       lid, t->ntasks);
 		return -1;
 	}
+	if (!step)
+		step = &t->node_cpus;
 	if (t->rule == GB_RULE_NUMA) {
+		struct bind_iter mine_it;
+
 		/* map_cpu: CPU ids; mask_cpu or no type: hex masks; others: none. */
-		if (bind_type && strstr(bind_type, "map_cpu"))
-			is_map = 1;
-		else if (bind_type && !strstr(bind_type, "mask_cpu"))
-			bind_list = NULL;
-		if (bind_entry(bind_list, is_map, lid, &mine)) {
-			have = 1;
-			from_list = 1;
-		} else if (own) {
-			cpu_set_t all;
-
-			CPU_AND(&all, own, &t->node_cpus);
-			if (!CPU_EQUAL(&all, &t->node_cpus)) {
-				mine = *own;
-				have = 1;
-			}
-		}
+		it.is_map = bind_type && strstr(bind_type, "map_cpu");
+		if (bind_list && *bind_list &&
+		    (!bind_type || it.is_map || strstr(bind_type, "mask_cpu")))
+			it.list = bind_list;
+		mine_it = it;
+		for (int j = 0; j <= lid; j++)
+			e = next_entry(&mine_it, &mine);
+		if (e > 0)
+			node = bound_node(t, &mine, step);
+		else if (own)
+			node = bound_node(t, own, step);
 	}
-	node = have ? numa_of(t, &mine) : -1;
-	if (node < 0) {
-		const struct gb_task *tk = &t->tasks[lid];
-
-		for (int i = 0; i < tk->ngpus; i++)
-			add_gpu(r, tk->gpus[i]);
-		r->by_table = 1;
-		if ((t->flags & GB_FLAG_CPUS) && tk->has_cpus) {
-			r->cpus = tk->cpus;
-			r->set_cpus = 1;
-		}
-		return 0;
-	}
-	if (from_list) {
-		for (int j = 0; j < lid; j++) {
-			cpu_set_t other;
-
-			if (bind_entry(bind_list, is_map, j, &other) &&
-			    numa_of(t, &other) == node)
-				k++;
-		}
-	} else {
-		k = lid;
-	}
-	nn = numa_by_node(t, node);
-	if (nn && nn->ngpus) {
-		cand = nn->gpus;
-		ncand = nn->ngpus;
-	} else {
-		cand = t->fallback;
-		ncand = t->nfallback;
-	}
-	/* No candidate: the task gets no GPU (the plan said so with a warning). */
-	s = (k / t->share) * t->per_task;
-	for (int i = 0; ncand && i < t->per_task; i++)
-		add_gpu(r, cand[(s + i) % ncand]);
+	if (node < 0)
+		take_task_line(t, lid, r);
+	else
+		take_unit(t, lid, node, it, step, r);
 	return 0;
 }
 

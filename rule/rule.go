@@ -1,0 +1,147 @@
+// Package rule runs the plugin's per-task rule for Go callers: the CLI (`gpubind plan`)
+// and the tests. The rule itself is C (table.c, next to this file): the SPANK front end
+// compiles the same file into spank_gpubind.so and applies it in each task, so there is
+// one copy of the rule and the CLI shows exactly what a task gets.
+package rule
+
+/*
+#cgo CFLAGS: -D_GNU_SOURCE -std=gnu11 -Wall
+#include <stdio.h>
+#include <stdlib.h>
+#include "table.h"
+
+// A CPU list ("" = unknown) into set; returns 0, 1 when unknown, -1 when bad.
+static int go_cpus(const char *list, cpu_set_t *set)
+{
+	if (!list[0])
+		return 1;
+	return gb_parse_cpulist(list, set) ? -1 : 0;
+}
+
+static int go_apply(const struct gb_table *t, int lid, const char *btype,
+		    const char *blist, const char *own, const char *step,
+		    struct gb_result *r, char *err, size_t errlen)
+{
+	cpu_set_t o, s;
+	int ho = go_cpus(own, &o), hs = go_cpus(step, &s);
+
+	if (ho < 0 || hs < 0) {
+		snprintf(err, errlen, "bad CPU list %s", ho < 0 ? own : step);
+		return -1;
+	}
+	return gb_rule_apply(t, lid, btype[0] ? btype : NULL,
+			     blist[0] ? blist : NULL, ho ? NULL : &o,
+			     hs ? NULL : &s, r, err, errlen);
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"strings"
+	"unsafe"
+)
+
+// Table is a decision table as the front end parsed it.
+type Table struct {
+	c *C.struct_gb_table
+}
+
+// Parse parses a decision table (spank/PROTOCOL.md section 2) with the front end's
+// parser. A table with "status error" parses; Apply then fails. Close frees it.
+func Parse(text string) (*Table, error) {
+	ct := (*C.struct_gb_table)(C.calloc(1, C.size_t(unsafe.Sizeof(C.struct_gb_table{}))))
+	if ct == nil {
+		return nil, errors.New("out of memory")
+	}
+	var err [512]C.char
+	// gb_table_parse takes a length: the text needs no NUL, but C.CString adds one.
+	cs := C.CString(text)
+	defer C.free(unsafe.Pointer(cs))
+	if C.gb_table_parse(cs, C.size_t(len(text)), ct, &err[0], C.size_t(len(err))) != 0 {
+		C.free(unsafe.Pointer(ct))
+		return nil, errors.New(C.GoString(&err[0]))
+	}
+	return &Table{c: ct}, nil
+}
+
+// Close frees the table.
+func (t *Table) Close() {
+	if t.c != nil {
+		C.gb_table_free(t.c)
+		C.free(unsafe.Pointer(t.c))
+		t.c = nil
+	}
+}
+
+// NTasks is the number of local tasks the table plans for.
+func (t *Table) NTasks() int { return int(t.c.ntasks) }
+
+// NGPUs is the number of step GPUs ("gpu" lines) in the table.
+func (t *Table) NGPUs() int { return int(t.c.ngpus) }
+
+// The protocol's limits as the C parser enforces them (table.h).
+const (
+	MaxBytes   = C.GB_TABLE_MAX_BYTES
+	MaxLine    = C.GB_TABLE_MAX_LINE
+	MaxTasks   = C.GB_TABLE_MAX_TASKS
+	MaxGPUs    = C.GB_TABLE_MAX_GPUS
+	MaxNUMA    = C.GB_TABLE_MAX_NUMA
+	MaxShare   = C.GB_TABLE_MAX_SHARE
+	MaxPerTask = C.GB_MAX_PER_TASK
+)
+
+// Task is what the front end knows about a task in slurm_spank_task_init.
+type Task struct {
+	Local    int    // local task id
+	Rank     int    // global task id (for the log line)
+	BindType string // SLURM_CPU_BIND_TYPE ("" when unset)
+	BindList string // SLURM_CPU_BIND_LIST ("" when unset)
+	Own      string // the task's affinity as a CPU list ("" when unknown)
+	Step     string // the step's CPUs (its cpuset) ("" when unknown: the whole node)
+}
+
+// Result is the rule's answer for one task.
+type Result struct {
+	GPUs    []int    // table GPU ids, in the order the task gets them
+	ByTable bool     // the task took its "task L" line
+	CPUs    string   // CPU list to bind the task to (cpus flag), "" for none
+	Env     []string // NAME=VALUE, as the front end sets them
+	LogLine string   // the mapping line, without the "gpubind: " prefix of the log
+}
+
+// Apply runs the per-task rule for one task.
+func (t *Table) Apply(k Task) (Result, error) {
+	var r C.struct_gb_result
+	var errb [512]C.char
+	cs := func(s string) *C.char { return C.CString(s) }
+	bt, bl, own, step := cs(k.BindType), cs(k.BindList), cs(k.Own), cs(k.Step)
+	defer func() {
+		for _, p := range []*C.char{bt, bl, own, step} {
+			C.free(unsafe.Pointer(p))
+		}
+	}()
+	if C.go_apply(t.c, C.int(k.Local), bt, bl, own, step, &r, &errb[0], C.size_t(len(errb))) != 0 {
+		return Result{}, errors.New(C.GoString(&errb[0]))
+	}
+	res := Result{ByTable: r.by_table != 0}
+	for i := 0; i < int(r.ngpus); i++ {
+		res.GPUs = append(res.GPUs, int(r.gpus[i]))
+	}
+	var buf [16384]C.char
+	if r.set_cpus != 0 {
+		C.gb_format_cpulist(&r.cpus, &buf[0], C.size_t(len(buf)))
+		res.CPUs = C.GoString(&buf[0])
+	}
+	if r.ngpus > 0 {
+		if C.gb_result_env(t.c, &r, &buf[0], C.size_t(len(buf))) != 0 {
+			return Result{}, errors.New("per-task environment too long")
+		}
+		res.Env = strings.Split(strings.TrimSuffix(C.GoString(&buf[0]), "\n"), "\n")
+	}
+	if C.gb_result_logline(t.c, &r, C.int(k.Local), C.long(k.Rank), &buf[0], C.size_t(len(buf))) != 0 {
+		return Result{}, errors.New("log line too long")
+	}
+	res.LogLine = C.GoString(&buf[0])
+	return res, nil
+}
