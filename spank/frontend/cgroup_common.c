@@ -285,12 +285,49 @@ int gb_cg_pid_dir(pid_t pid, const struct gb_cg_mount *m, const char *ctrl,
 			  ctrl ? ctrl : "cgroup2 (0::)");
 }
 
+/*
+ * Moves the processes left in dir (what the task started and left running)
+ * to its parent, the Slurm cgroup the plugin's one was made under. Slurm
+ * still tracks them there, and removes that cgroup itself: a child cgroup
+ * of ours left behind in it would make its rmdir fail and leak.
+ */
+static void evict(const char *dir)
+{
+	char path[GB_CG_PATHLEN + 16], parent[GB_CG_PATHLEN + 16];
+	char pids[4096], *slash;
+
+	if (gb_cg_join(path, sizeof(path), dir, "cgroup.procs", NULL, 0) ||
+	    gb_cg_read_file(path, pids, sizeof(pids), NULL, 0))
+		return; /* more than fit: the next round moves the rest */
+	snprintf(parent, sizeof(parent), "%s", dir);
+	slash = strrchr(parent, '/');
+	if (!slash || slash == parent)
+		return;
+	*slash = '\0';
+	for (char *p = pids, *nl; *p; p = nl + 1) {
+		nl = strchr(p, '\n');
+		if (!nl)
+			break;
+		*nl = '\0';
+		/* A pid that exited meanwhile (ESRCH) needs nothing. */
+		(void) gb_cg_move_pid(parent, (pid_t) atol(p), NULL, 0);
+	}
+}
+
 int gb_cg_rmdir(const char *dir, char *err, size_t errlen)
 {
-	if (rmdir(dir) == 0 || errno == ENOENT)
-		return GB_CG_OK;
+	int e = 0;
+
+	for (int round = 0; round < 3; round++) {
+		if (rmdir(dir) == 0 || errno == ENOENT)
+			return GB_CG_OK;
+		e = errno;
+		if (e != EBUSY)
+			break;
+		evict(dir);
+	}
 	return gb_cg_errf(err, errlen, GB_CG_ERROR, "rmdir %s: %s", dir,
-			  strerror(errno));
+			  strerror(e));
 }
 
 /*

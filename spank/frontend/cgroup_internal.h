@@ -75,6 +75,8 @@ int gb_cg_join(char *buf, size_t len, const char *a, const char *b,
 int gb_cg_pid_dir(pid_t pid, const struct gb_cg_mount *m, const char *ctrl,
 		  char *dir, size_t len, char *err, size_t errlen);
 int gb_cg_mkdir_fresh(const char *dir, char *err, size_t errlen);
+/* rmdir one of the plugin's cgroups; processes left in it go to its parent
+ * (Slurm's cgroup) first. ENOENT is success. */
 int gb_cg_rmdir(const char *dir, char *err, size_t errlen);
 int gb_cg_move_pid(const char *dir, pid_t pid, char *err, size_t errlen);
 /* gpubind_jJOB_sSTEP_pPID_tTASK: the plugin's own cgroup of a task. */

@@ -382,3 +382,48 @@ func TestClusterCpus(t *testing.T) {
 		}
 	}
 }
+
+// Review finding: cleanup order. A task that leaves a process running (a daemon it
+// started) keeps the plugin's devices cgroup busy at task_exit. Slurm removes its own
+// task_N at step end, before slurm_spank_exit, and a child cgroup of ours still in it made
+// that fail: job, step and task cgroups leaked. The plugin now moves what is left into
+// Slurm's task_N, where Slurm's proctrack/cgroup kills it, and removes its own cgroup.
+func TestClusterIsolateLeftoverProcess(t *testing.T) {
+	needV1(t, "devices")
+	if _, err := exec.LookPath("slurmd"); err != nil {
+		t.Skip("Slurm is not installed (make deps)")
+	}
+	fixture := filepath.Join(repoRoot(t), "tests", "fixtures", "dgxh100-2cpu.json")
+	line := strings.Join([]string{"required", filepath.Join(plugin(t), "spank_gpubind.so"),
+		"source=snapshot", "snapshot=" + fixture}, " ")
+	c := cluster.StartT(t, cluster.Config{CPUs: 2, TaskPlugin: "task/cgroup,task/affinity",
+		Proctrack: "proctrack/cgroup", ConstrainDevices: true, PlugStack: []string{line}})
+	out, errOut, err := c.Srun(ctxFor(t), "-n1", "--gpus=2", "--gpu-bind-topo=closest,isolate", "sh", "-c",
+		`echo "JOB $SLURM_JOB_ID"; grep devices /proc/self/cgroup; setsid sleep 30 </dev/null >/dev/null 2>&1 & exit 0`)
+	if err != nil {
+		t.Fatalf("srun: %v\n%s\n%s", err, out, errOut)
+	}
+	if !strings.Contains(out, "/gpubind_j") {
+		t.Fatalf("the task was not in a plugin cgroup:\n%s", out)
+	}
+	job := strings.TrimSpace(strings.SplitN(strings.SplitN(out, "JOB ", 2)[1], "\n", 2)[0])
+	m := findMounts(t)
+	var left []string
+	for i := 0; i < 100; i++ {
+		left, _ = filepath.Glob(filepath.Join(m.devices, "slurm*", "uid_*", "job_"+job))
+		if len(left) == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(left) > 0 {
+		var tree []string
+		_ = filepath.Walk(left[0], func(p string, fi os.FileInfo, err error) error {
+			if err == nil && fi.IsDir() {
+				tree = append(tree, p)
+			}
+			return nil
+		})
+		t.Errorf("job %s's devices cgroups leaked: %v\nslurmd log:\n%s", job, tree, c.SlurmdLog("node1"))
+	}
+}
