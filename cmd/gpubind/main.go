@@ -28,7 +28,8 @@ const usage = `usage:
   gpubind snapshot [--root DIR] [--source auto|nvml|sysfs]
   gpubind plan     --tasks N [--gpus LIST] [--task-cpus "0;1;0;1"] [--policy POLICY[,FLAGS]]
                    [--root DIR | --snapshot FILE] [--json]
-                   [--gres-conf FILE] [--numbering global|relative] [--source S] [--table]
+                   [--slurm-conf FILE] [--gres-conf FILE] [--node NAME]
+                   [--numbering global|relative] [--source S] [--table]
   gpubind check    [--json] [--root DIR] [FILE options: gpubind check -h]
   gpubind help-policies
   gpubind version  [--plugin FILE] [--slurmd FILE]   (also --version)
@@ -194,8 +195,10 @@ func cmdPlan(args []string, stdout, stderr io.Writer) error {
 	gpus := fs.String("gpus", "", "the step's GPUs as SLURM_STEP_GPUS holds them: GRES indices or GPU-/MIG- UUIDs (default: all)")
 	taskCPUs := fs.String("task-cpus", "", "each task's CPU list, separated by ';' (as SLURM_CPU_BIND_LIST would bind them)")
 	policy := fs.String("policy", "closest", "POLICY[,FLAGS] as --gpu-bind-topo takes it")
-	gresConf := fs.String("gres-conf", "", "gres.conf giving the GRES order (default: PCI order, as AutoDetect=nvml)")
-	numbering := fs.String("numbering", "global", "global (tasks see all GPUs) or relative (ConstrainDevices)")
+	slurmConf := fs.String("slurm-conf", "", "plan as a node whose SLURM_CONF is FILE: numbering from it and cgroup.conf, gres.conf next to it")
+	gresConf := fs.String("gres-conf", "", "gres.conf giving the GRES order, as the plugin's gres_conf= (default: next to --slurm-conf, else PCI order)")
+	node := fs.String("node", "", "node name for gres.conf NodeName= lines (default the short host name, as on a node)")
+	numbering := fs.String("numbering", "global", "global (tasks see all GPUs) or relative (ConstrainDevices); default from --slurm-conf")
 	table := fs.Bool("table", false, "print the protocol v1 decision table")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -215,6 +218,8 @@ func cmdPlan(args []string, stdout, stderr io.Writer) error {
 	default:
 		return usageError{fmt.Sprintf("--numbering %q: want global or relative", *numbering)}
 	}
+	numberingGiven := false
+	fs.Visit(func(f *flag.Flag) { numberingGiven = numberingGiven || f.Name == "numbering" })
 	var masks []gpubind.CPUSet
 	if *taskCPUs != "" {
 		parts := strings.Split(*taskCPUs, ";")
@@ -238,11 +243,8 @@ func cmdPlan(args []string, stdout, stderr io.Writer) error {
 	}
 	req := gpubind.PlanRequest{Topo: topo, Tasks: *tasks, Option: *policy, Numbering: num,
 		Gres: &gpubind.GresConf{AutoDetect: "nvml"}, GresFrom: "(none: PCI order)"}
-	if *gresConf != "" {
-		if req.Gres, err = gpubind.LoadGresConf(*gresConf, ""); err != nil {
-			return err
-		}
-		req.GresFrom = *gresConf
+	if err := planConf(&req, *slurmConf, *gresConf, *node, numberingGiven); err != nil {
+		return err
 	}
 	if *gpus == "" {
 		// Default: the whole node, as GRES indices 0..n-1 (quietly, unlike the engine).
@@ -321,6 +323,30 @@ func cmdPlan(args []string, stdout, stderr io.Writer) error {
 	}
 	_, err = io.WriteString(stdout, text.String())
 	return err
+}
+
+// planConf fills in what the node's configuration decides, read by the engine's own
+// function (gpubind.LoadNodeConf): with slurmConf, the numbering (unless given) and the
+// gres.conf next to it; a gresConf as the plugin's gres_conf= argument.
+func planConf(req *gpubind.PlanRequest, slurmConf, gresConf, node string, numberingGiven bool) error {
+	if slurmConf == "" && gresConf == "" {
+		return nil
+	}
+	if slurmConf != "" {
+		// A node falls back to numbering auto without slurm.conf; named here, it must be there.
+		if _, _, err := gpubind.ReadSlurmSettings(slurmConf, "", nil); err != nil {
+			return err
+		}
+	}
+	nc, err := gpubind.LoadNodeConf(slurmConf, gresConf, node)
+	if err != nil {
+		return err
+	}
+	if slurmConf != "" && !numberingGiven {
+		req.Numbering = nc.Numbering
+	}
+	req.Gres, req.GresFrom = nc.Gres, nc.GresFrom
+	return nil
 }
 
 // roundTripMasks turns the CPU lists into SLURM_CPU_BIND_LIST text and parses it back,
