@@ -1,11 +1,9 @@
 package gpubind
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -30,107 +28,90 @@ type GresConf struct {
 
 // ParseGresConf reads gres.conf text for node (lines with a NodeName= that does not
 // name it are skipped; node "" matches every line). Only Name=gpu lines matter; File= and MultipleFiles= may use
-// brackets (/dev/nvidia[0-3]).
+// brackets (/dev/nvidia[0-3]). Text has no file to be relative to, so Include is an error
+// here (LoadGresConf follows it).
 func ParseGresConf(text, node string) (*GresConf, error) {
-	return parseGresConf(text, node, nil)
+	var lines []ConfLine
+	for i, line := range strings.Split(text, "\n") {
+		l := ConfLine{Line: i + 1, Fields: confFields(line)}
+		if len(l.Fields) == 0 {
+			continue
+		}
+		if strings.EqualFold(l.Fields[0], "include") {
+			return nil, fmt.Errorf("%s: %s needs the including file's path (LoadGresConf)", l.Where("gres.conf"), strings.Join(l.Fields, " "))
+		}
+		lines = append(lines, l)
+	}
+	return ParseGresLines(lines, node)
 }
 
-// maxIncludeDepth bounds nested Include lines (a file that includes itself).
-const maxIncludeDepth = 8
-
-// parseGresConf parses gres.conf text; include loads the file(s) an "Include PATH" line
-// names (nil: Include is an error, the text has no file to be relative to).
-func parseGresConf(text, node string, include func(path string) (*GresConf, error)) (*GresConf, error) {
+// ParseGresLines reads gres.conf lines (from ReadConf, Include lines followed) for node,
+// as ParseGresConf does.
+func ParseGresLines(lines []ConfLine, node string) (*GresConf, error) {
 	gc := &GresConf{}
-	sc := bufio.NewScanner(strings.NewReader(text))
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	lineNo := 0
-	for sc.Scan() {
-		lineNo++
-		line := sc.Text()
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = line[:i]
+	for _, l := range lines {
+		if err := gc.addLine(l, node); err != nil {
+			return nil, err
 		}
-		fields := strings.Fields(line)
-		if len(fields) == 0 {
-			continue
-		}
-		if strings.EqualFold(fields[0], "include") {
-			// Slurm's "Include FILE": the file's lines stand where the Include line is.
-			if len(fields) != 2 {
-				return nil, fmt.Errorf("gres.conf line %d: want \"Include FILE\"", lineNo)
-			}
-			if include == nil {
-				return nil, fmt.Errorf("gres.conf line %d: Include %s needs the including file's path (LoadGresConf)", lineNo, fields[1])
-			}
-			inc, err := include(fields[1])
-			if err != nil {
-				return nil, fmt.Errorf("gres.conf line %d: Include %s: %w", lineNo, fields[1], err)
-			}
-			gc.Files = append(gc.Files, inc.Files...)
-			gc.OtherNodes += inc.OtherNodes
-			if inc.AutoDetect != "" {
-				gc.AutoDetect = inc.AutoDetect
-			}
-			continue
-		}
-		kv := map[string]string{}
-		for _, f := range fields {
-			k, v, ok := strings.Cut(f, "=")
-			if !ok {
-				return nil, fmt.Errorf("gres.conf line %d: %q is not KEY=VALUE", lineNo, f)
-			}
-			kv[strings.ToLower(k)] = v
-		}
-		if v, ok := kv["autodetect"]; ok && len(kv) == 1 {
-			gc.AutoDetect = strings.ToLower(v)
-			continue
-		}
-		if nn, ok := kv["nodename"]; ok {
-			hosts, err := ExpandHostlist(nn)
-			if err != nil {
-				return nil, fmt.Errorf("gres.conf line %d: NodeName=%s: %w", lineNo, nn, err)
-			}
-			match := node == ""
-			for _, h := range hosts {
-				if h == node {
-					match = true
-				}
-			}
-			if !match {
-				if strings.EqualFold(kv["name"], "gpu") {
-					gc.OtherNodes++
-				}
-				continue
-			}
-			if v, ok := kv["autodetect"]; ok {
-				gc.AutoDetect = strings.ToLower(v)
-			}
-		}
-		if !strings.EqualFold(kv["name"], "gpu") {
-			continue
-		}
-		files := kv["file"]
-		if files == "" {
-			files = kv["multiplefiles"]
-			// MultipleFiles (MIG): the first file is the parent GPU.
-			if i := strings.IndexByte(files, ','); i >= 0 && !strings.Contains(files[:i], "[") {
-				files = files[:i]
-			}
-		}
-		if files == "" {
-			continue
-		}
-		list, err := ExpandHostlist(files)
-		if err != nil {
-			return nil, fmt.Errorf("gres.conf line %d: File=%s: %w", lineNo, files, err)
-		}
-		gc.Files = append(gc.Files, list...)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("gres.conf: %w", err)
 	}
 	return gc, nil
+}
+
+// addLine takes one gres.conf line into gc.
+func (gc *GresConf) addLine(l ConfLine, node string) error {
+	kv := map[string]string{}
+	for _, f := range l.Fields {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			return fmt.Errorf("%s: %q is not KEY=VALUE", l.Where("gres.conf"), f)
+		}
+		kv[strings.ToLower(k)] = v
+	}
+	if v, ok := kv["autodetect"]; ok && len(kv) == 1 {
+		gc.AutoDetect = strings.ToLower(v)
+		return nil
+	}
+	if nn, ok := kv["nodename"]; ok {
+		hosts, err := ExpandHostlist(nn)
+		if err != nil {
+			return fmt.Errorf("%s: NodeName=%s: %w", l.Where("gres.conf"), nn, err)
+		}
+		match := node == ""
+		for _, h := range hosts {
+			if h == node {
+				match = true
+			}
+		}
+		if !match {
+			if strings.EqualFold(kv["name"], "gpu") {
+				gc.OtherNodes++
+			}
+			return nil
+		}
+		if v, ok := kv["autodetect"]; ok {
+			gc.AutoDetect = strings.ToLower(v)
+		}
+	}
+	if !strings.EqualFold(kv["name"], "gpu") {
+		return nil
+	}
+	files := kv["file"]
+	if files == "" {
+		files = kv["multiplefiles"]
+		// MultipleFiles (MIG): the first file is the parent GPU.
+		if i := strings.IndexByte(files, ','); i >= 0 && !strings.Contains(files[:i], "[") {
+			files = files[:i]
+		}
+	}
+	if files == "" {
+		return nil
+	}
+	list, err := ExpandHostlist(files)
+	if err != nil {
+		return fmt.Errorf("%s: File=%s: %w", l.Where("gres.conf"), files, err)
+	}
+	gc.Files = append(gc.Files, list...)
+	return nil
 }
 
 // ExpandHostlist expands Slurm's bracket lists: "node[1-3,7],gpu" or "/dev/nvidia[0-3]".
@@ -202,49 +183,11 @@ func ExpandHostlist(s string) ([]string, error) {
 // LoadGresConf reads a gres.conf file for node, with the files its Include lines name
 // (relative paths are relative to the including file's directory; globs allowed).
 func LoadGresConf(path, node string) (*GresConf, error) {
-	return loadGresConf(path, node, 0)
-}
-
-func loadGresConf(path, node string, depth int) (*GresConf, error) {
-	if depth > maxIncludeDepth {
-		return nil, fmt.Errorf("%s: Include nested more than %d deep", path, maxIncludeDepth)
-	}
-	b, err := ReadSmallFile(path, 1<<20)
+	lines, err := ReadConf(path, ConfSlurm, nil)
 	if err != nil {
 		return nil, fmt.Errorf("gres.conf: %w", err)
 	}
-	include := func(name string) (*GresConf, error) {
-		if !filepath.IsAbs(name) {
-			name = filepath.Join(filepath.Dir(path), name)
-		}
-		files := []string{name}
-		if strings.ContainsAny(name, "*?[") {
-			// As Slurm does: a pattern that matches nothing includes nothing.
-			g, gerr := filepath.Glob(name)
-			if gerr != nil {
-				return nil, gerr
-			}
-			files = g
-		}
-		all := &GresConf{}
-		for _, f := range files {
-			gc, err := loadGresConf(f, node, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			all.Files = append(all.Files, gc.Files...)
-			all.OtherNodes += gc.OtherNodes
-			if gc.AutoDetect != "" {
-				all.AutoDetect = gc.AutoDetect
-			}
-		}
-		return all, nil
-	}
-	gc, err := parseGresConf(string(b), node, include)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return gc, nil
+	return ParseGresLines(lines, node)
 }
 
 // ReadSmallFile reads a regular file of at most limit bytes. It refuses FIFOs, devices

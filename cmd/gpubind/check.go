@@ -55,7 +55,8 @@ type checker struct {
 	slurmd     string
 	node       string
 
-	conf          map[string][]string // slurm.conf keys (lower case) -> values
+	conf          []gpubind.ConfLine     // slurm.conf, with its includes
+	settings      *gpubind.SlurmSettings // from slurm.conf and cgroup.conf, as the engine reads them
 	confErr       error
 	args          map[string]string     // the plugin's plugstack arguments
 	argsFrom      string                // the plugstack file and line they came from
@@ -145,7 +146,7 @@ func (c *checker) run() []checkItem {
 			c.slurmConf = c.under("/etc/slurm/slurm.conf")
 		}
 	}
-	c.conf, c.confErr = readSlurmConf(c.slurmConf, c.under)
+	c.settings, c.conf, c.confErr = gpubind.ReadSlurmSettings(c.slurmConf, c.cgroupConf, c.under)
 
 	c.checkSlurmd()
 	c.checkPlugstack() // finds the plugin and its arguments
@@ -175,61 +176,7 @@ func (c *checker) driverTopology() {
 	c.topo, c.topoErr = gpubind.DiscoverSysfs(c.sysRoot)
 }
 
-// readSlurmConf reads KEY=VALUE words of a Slurm config file (keys lower case), with the
-// files its Include lines name (relative to its directory, globs allowed), as Slurm does.
-// Absolute Include paths go through under (the checked tree).
-func readSlurmConf(path string, under func(string) string) (map[string][]string, error) {
-	m := map[string][]string{}
-	return m, readSlurmConfInto(m, path, under, 0)
-}
-
-func readSlurmConfInto(m map[string][]string, path string, under func(string) string, depth int) error {
-	if depth > 8 {
-		return fmt.Errorf("%s: Include nested more than 8 deep", path)
-	}
-	b, err := gpubind.ReadSmallFile(path, 4<<20)
-	if err != nil {
-		return err
-	}
-	for i, line := range strings.Split(string(b), "\n") {
-		if j := strings.IndexByte(line, '#'); j >= 0 {
-			line = line[:j]
-		}
-		f := strings.Fields(line)
-		if len(f) == 2 && strings.EqualFold(f[0], "include") {
-			pat := f[1]
-			if filepath.IsAbs(pat) {
-				pat = under(pat)
-			} else {
-				pat = filepath.Join(filepath.Dir(path), pat)
-			}
-			files, err := filepath.Glob(pat)
-			if err == nil && len(files) == 0 && !strings.ContainsAny(pat, "*?[") {
-				files = []string{pat} // a plain missing file: let the read name it
-			}
-			for _, inc := range files {
-				if err := readSlurmConfInto(m, inc, under, depth+1); err != nil {
-					return fmt.Errorf("%s line %d: Include: %w", path, i+1, err)
-				}
-			}
-			continue
-		}
-		for _, w := range f {
-			if k, v, ok := strings.Cut(w, "="); ok {
-				k = strings.ToLower(k)
-				m[k] = append(m[k], v)
-			}
-		}
-	}
-	return nil
-}
-
-func (c *checker) confValue(key string) string {
-	if v := c.conf[key]; len(v) > 0 {
-		return v[len(v)-1]
-	}
-	return ""
-}
+func (c *checker) confValue(key string) string { return gpubind.ConfValue(c.conf, key) }
 
 // confDir is the directory of slurm.conf, where Slurm looks for its other files.
 func (c *checker) confDir() string { return filepath.Dir(c.slurmConf) }
@@ -303,47 +250,19 @@ type plugstackLine struct {
 }
 
 // readPlugstack returns the lines loading spank_gpubind.so, following include lines.
-func (c *checker) readPlugstack(path string, depth int, out *[]plugstackLine) error {
-	if depth > 8 {
-		return fmt.Errorf("%s: include nested more than 8 deep", path)
-	}
-	b, err := gpubind.ReadSmallFile(path, 1<<20)
+func (c *checker) readPlugstack(path string) ([]plugstackLine, error) {
+	lines, err := gpubind.ReadConf(path, gpubind.ConfPlugstack, c.under)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for i, line := range strings.Split(string(b), "\n") {
-		if j := strings.IndexByte(line, '#'); j >= 0 {
-			line = line[:j]
-		}
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		switch f[0] {
-		case "include":
-			for _, pat := range f[1:] {
-				if !filepath.IsAbs(pat) {
-					pat = filepath.Join(filepath.Dir(path), pat)
-				} else {
-					pat = c.under(pat)
-				}
-				files, err := filepath.Glob(pat)
-				if err != nil {
-					return fmt.Errorf("%s line %d: include %s: %w", path, i+1, pat, err)
-				}
-				for _, inc := range files {
-					if err := c.readPlugstack(inc, depth+1, out); err != nil {
-						return err
-					}
-				}
-			}
-		case "required", "optional":
-			if len(f) >= 2 && filepath.Base(f[1]) == "spank_gpubind.so" {
-				*out = append(*out, plugstackLine{file: path, line: i + 1, path: f[1], args: f[2:]})
-			}
+	var out []plugstackLine
+	for _, l := range lines {
+		f := l.Fields
+		if (f[0] == "required" || f[0] == "optional") && len(f) >= 2 && filepath.Base(f[1]) == "spank_gpubind.so" {
+			out = append(out, plugstackLine{file: l.File, line: l.Line, path: f[1], args: f[2:]})
 		}
 	}
-	return nil
+	return out, nil
 }
 
 func (c *checker) checkPlugstack() {
@@ -355,8 +274,8 @@ func (c *checker) checkPlugstack() {
 			ps = filepath.Join(c.confDir(), "plugstack.conf")
 		}
 	}
-	var lines []plugstackLine
-	if err := c.readPlugstack(ps, 0, &lines); err != nil {
+	lines, err := c.readPlugstack(ps)
+	if err != nil {
 		c.add("plugstack", statusFail, "%v", err)
 		return
 	}
@@ -469,7 +388,14 @@ func (c *checker) checkGres() {
 			path = filepath.Join(c.confDir(), "gres.conf")
 		}
 	}
-	gc, err := gpubind.LoadGresConf(path, c.node)
+	// As gpubind.LoadGresConf reads it, with absolute Include paths in the checked tree.
+	lines, err := gpubind.ReadConf(path, gpubind.ConfSlurm, c.under)
+	var gc *gpubind.GresConf
+	if err != nil {
+		err = fmt.Errorf("gres.conf: %w", err)
+	} else {
+		gc, err = gpubind.ParseGresLines(lines, c.node)
+	}
 	if err != nil {
 		c.add("gres", statusFail, "%v: the plugin cannot map Slurm's GRES indices to GPUs", err)
 		return
@@ -685,16 +611,10 @@ func (c *checker) checkSlurmConf() {
 		c.add("slurm.conf", statusFail, "%s: GresTypes=%q has no gpu: Slurm gives jobs no GPUs to bind", c.slurmConf, c.confValue("grestypes"))
 		return
 	}
-	taskCgroup := strings.Contains(c.confValue("taskplugin"), "task/cgroup")
+	taskCgroup, constrain := c.settings.TaskCgroup, c.settings.ConstrainDevices
 	cg := c.cgroupConf
 	if cg == "" {
 		cg = filepath.Join(c.confDir(), "cgroup.conf")
-	}
-	constrain := false
-	if cc, err := readSlurmConf(cg, c.under); err == nil {
-		if v := cc["constraindevices"]; len(v) > 0 && strings.EqualFold(v[len(v)-1], "yes") {
-			constrain = true
-		}
 	}
 	switch {
 	case constrain && !taskCgroup:

@@ -29,7 +29,8 @@ const usage = `usage:
   gpubind snapshot [--root DIR] [--source auto|nvml|sysfs]
   gpubind plan     --tasks N [--gpus LIST] [--task-cpus "0;1;0;1"] [--policy POLICY[,FLAGS]]
                    [--root DIR | --snapshot FILE] [--json]
-                   [--gres-conf FILE] [--numbering global|relative] [--source S] [--table]
+                   [--slurm-conf FILE] [--gres-conf FILE] [--node NAME]
+                   [--numbering global|relative] [--source S] [--table]
   gpubind check    [--json] [--root DIR] [FILE options: gpubind check -h]
   gpubind help-policies
   gpubind version  [--plugin FILE] [--slurmd FILE]   (also --version)
@@ -196,8 +197,10 @@ func cmdPlan(args []string, stdout, stderr io.Writer) error {
 	taskCPUs := fs.String("task-cpus", "", "each task's CPU list, separated by ';' (as SLURM_CPU_BIND_LIST would bind them)")
 	stepCPUs := fs.String("step-cpus", "", "the step's CPUs (its cpuset), a CPU list (default: the whole node)")
 	policy := fs.String("policy", "closest", "POLICY[,FLAGS] as --gpu-bind-topo takes it")
-	gresConf := fs.String("gres-conf", "", "gres.conf giving the GRES order (default: PCI order, as AutoDetect=nvml)")
-	numbering := fs.String("numbering", "global", "global (tasks see all GPUs) or relative (ConstrainDevices)")
+	slurmConf := fs.String("slurm-conf", "", "plan as a node whose SLURM_CONF is FILE: numbering from it and cgroup.conf, gres.conf next to it")
+	gresConf := fs.String("gres-conf", "", "gres.conf giving the GRES order, as the plugin's gres_conf= (default: next to --slurm-conf, else PCI order)")
+	node := fs.String("node", "", "node name for gres.conf NodeName= lines (default the short host name, as on a node)")
+	numbering := fs.String("numbering", "global", "global (tasks see all GPUs) or relative (ConstrainDevices); default from --slurm-conf")
 	table := fs.Bool("table", false, "print the protocol v1 decision table")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -222,6 +225,8 @@ func cmdPlan(args []string, stdout, stderr io.Writer) error {
 			return usageError{fmt.Sprintf("--step-cpus %q: want a non-empty CPU list such as 0-3,8", *stepCPUs)}
 		}
 	}
+	numberingGiven := false
+	fs.Visit(func(f *flag.Flag) { numberingGiven = numberingGiven || f.Name == "numbering" })
 	var masks []gpubind.CPUSet
 	if *taskCPUs != "" {
 		parts := strings.Split(*taskCPUs, ";")
@@ -245,11 +250,8 @@ func cmdPlan(args []string, stdout, stderr io.Writer) error {
 	}
 	req := gpubind.PlanRequest{Topo: topo, Tasks: *tasks, Option: *policy, Numbering: num,
 		Gres: &gpubind.GresConf{AutoDetect: "nvml"}, GresFrom: "(none: PCI order)"}
-	if *gresConf != "" {
-		if req.Gres, err = gpubind.LoadGresConf(*gresConf, ""); err != nil {
-			return err
-		}
-		req.GresFrom = *gresConf
+	if err := planConf(&req, *slurmConf, *gresConf, *node, numberingGiven); err != nil {
+		return err
 	}
 	if *gpus == "" {
 		// Default: the whole node, as GRES indices 0..n-1 (quietly, unlike the engine).
@@ -342,4 +344,28 @@ func cmdPlan(args []string, stdout, stderr io.Writer) error {
 	}
 	_, err = io.WriteString(stdout, text.String())
 	return err
+}
+
+// planConf fills in what the node's configuration decides, read by the engine's own
+// function (gpubind.LoadNodeConf): with slurmConf, the numbering (unless given) and the
+// gres.conf next to it; a gresConf as the plugin's gres_conf= argument.
+func planConf(req *gpubind.PlanRequest, slurmConf, gresConf, node string, numberingGiven bool) error {
+	if slurmConf == "" && gresConf == "" {
+		return nil
+	}
+	if slurmConf != "" {
+		// A node falls back to numbering auto without slurm.conf; named here, it must be there.
+		if _, _, err := gpubind.ReadSlurmSettings(slurmConf, "", nil); err != nil {
+			return err
+		}
+	}
+	nc, err := gpubind.LoadNodeConf(slurmConf, gresConf, node)
+	if err != nil {
+		return err
+	}
+	if slurmConf != "" && !numberingGiven {
+		req.Numbering = nc.Numbering
+	}
+	req.Gres, req.GresFrom = nc.Gres, nc.GresFrom
+	return nil
 }

@@ -174,3 +174,30 @@ func TestPlanJSONShape(t *testing.T) {
 		t.Errorf("env %v", env)
 	}
 }
+
+// TestPlanAsNode: `plan --slurm-conf --node` reads the node's configuration with the
+// engine's function and prints the table the engine writes on that node
+// (gpubind/testdata/nodeconf/table.golden, compared by spank/engine's TestPlanAsNode too).
+func TestPlanAsNode(t *testing.T) {
+	conf := filepath.Join("..", "..", "gpubind", "testdata", "nodeconf")
+	want, err := os.ReadFile(filepath.Join(conf, "table.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"plan", "--root", fixtures.Root("dgxh100"), "--tasks", "2", "--gpus", "3,6", "--table",
+		"--slurm-conf", filepath.Join(conf, "slurm.conf"), "--node", "node1"}
+	rc, out, errOut := cli(args...)
+	if rc != 0 || out != string(want) {
+		t.Errorf("plan as node1: rc %d, table differs from table.golden:\n--- want\n%s--- got\n%s%s", rc, want, out, errOut)
+	}
+	// --numbering still wins over slurm.conf; node9's gres.conf lines are its own.
+	if rc, out, _ = cli(append(args, "--numbering", "global")...); rc != 0 || !strings.Contains(out, "\ngpu 0 3 3 3 ") {
+		t.Errorf("--numbering global: rc %d\n%s", rc, out)
+	}
+	if rc, _, errOut = cli(append(args, "--node", "node9")...); rc == 0 || !strings.Contains(errOut, "/dev/nonexistent0") {
+		t.Errorf("node9 planned with node1's gres.conf lines: rc %d %s", rc, errOut)
+	}
+	if rc, _, errOut = cli("plan", "--root", fixtures.Root("dgxh100"), "--tasks", "1", "--slurm-conf", "/nonexistent/slurm.conf"); rc == 0 || !strings.Contains(errOut, "/nonexistent/slurm.conf") {
+		t.Errorf("a missing --slurm-conf was accepted: rc %d %s", rc, errOut)
+	}
+}

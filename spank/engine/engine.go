@@ -11,8 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -215,82 +213,17 @@ func plan(request string) (*gpubind.Table, error) {
 			CudaVisible: req.env("CUDA_VISIBLE_DEVICES"),
 		},
 	}
-	confDir := ""
-	if c := req.Env["SLURM_CONF"]; c != "" {
-		confDir = filepath.Dir(c)
-		pr.Numbering = slurmNumbering(c)
+	// slurm.conf, cgroup.conf and gres.conf as the node's Slurm reads them (gpubind plan
+	// --slurm-conf reads them with the same function).
+	nc, err := gpubind.LoadNodeConf(req.Env["SLURM_CONF"], req.GresConf, req.NodeName)
+	if err != nil {
+		return nil, err
 	}
-	gresPath := req.GresConf
-	if gresPath == "" && confDir != "" {
-		gresPath = filepath.Join(confDir, "gres.conf")
-	}
-	if gresPath == "" {
-		gresPath = "/etc/slurm/gres.conf" // Debian's default config directory
-	}
-	node := req.NodeName
-	if node == "" {
-		// Slurm node names are usually the short host name.
-		h, _ := os.Hostname()
-		node, _, _ = strings.Cut(h, ".")
-	}
-	if gresPath != "" {
-		if _, serr := os.Stat(gresPath); serr == nil || req.GresConf != "" {
-			if pr.Gres, err = gpubind.LoadGresConf(gresPath, node); err != nil {
-				return nil, err
-			}
-			pr.GresFrom = gresPath
-		}
-	}
+	pr.Numbering, pr.Gres, pr.GresFrom = nc.Numbering, nc.Gres, nc.GresFrom
 	tab, err := gpubind.Plan(pr)
 	if err != nil {
 		return nil, err
 	}
 	tab.Messages = append(notes, tab.Messages...)
 	return tab, nil
-}
-
-// slurmNumbering decides the task's GPU numbering from slurm.conf and cgroup.conf:
-// relative when task/cgroup runs with ConstrainDevices=yes, global otherwise, and auto
-// (guess from the environment) when slurm.conf cannot be read.
-func slurmNumbering(slurmConf string) gpubind.Numbering {
-	sc, err := gpubind.ReadSmallFile(slurmConf, 1<<20)
-	if err != nil {
-		return gpubind.NumberingAuto
-	}
-	taskCgroup := false
-	for _, v := range confValues(string(sc), "taskplugin") {
-		if strings.Contains(v, "cgroup") {
-			taskCgroup = true
-		}
-	}
-	if !taskCgroup {
-		return gpubind.NumberingGlobal
-	}
-	cc, err := gpubind.ReadSmallFile(filepath.Join(filepath.Dir(slurmConf), "cgroup.conf"), 1<<20)
-	if err != nil {
-		return gpubind.NumberingGlobal
-	}
-	for _, v := range confValues(string(cc), "constraindevices") {
-		if strings.EqualFold(v, "yes") {
-			return gpubind.NumberingRelative
-		}
-	}
-	return gpubind.NumberingGlobal
-}
-
-// confValues returns the values of key (lower case) in a Slurm config text.
-func confValues(text, key string) []string {
-	var out []string
-	for _, line := range strings.Split(text, "\n") {
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = line[:i]
-		}
-		for _, f := range strings.Fields(line) {
-			k, v, ok := strings.Cut(f, "=")
-			if ok && strings.EqualFold(k, key) {
-				out = append(out, v)
-			}
-		}
-	}
-	return out
 }

@@ -284,3 +284,29 @@ func TestCacheInvalidatedByMIGLayout(t *testing.T) {
 		return os.MkdirAll(filepath.Join(root, "proc/driver/nvidia/capabilities/gpu0/mig/gi1/ci0"), 0o755)
 	})
 }
+
+// TestPlanAsNode: with the step's SLURM_CONF the engine reads slurm.conf (with its
+// includes), cgroup.conf and the node's gres.conf lines through gpubind.LoadNodeConf and
+// writes the table that `gpubind plan --slurm-conf` prints for the same node
+// (gpubind/testdata/nodeconf/table.golden, compared by cmd/gpubind's TestPlanAsNode too).
+// TaskPlugin sits in an included file: relative numbering (CUDA_VISIBLE_DEVICES 0,1).
+func TestPlanAsNode(t *testing.T) {
+	root, cache := setup(t, "dgxh100")
+	conf, err := filepath.Abs("../../gpubind/testdata/nodeconf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := "source=sysfs\nroot=" + root + "\ncache_dir=" + cache + "\noption=closest\nnode_name=node1\n" +
+		"local_tasks=2\nenv.SLURM_STEP_GPUS=3,6\nenv.SLURM_CONF=" + filepath.Join(conf, "slurm.conf") + "\n"
+	var got bytes.Buffer
+	if err := Run(req, &got); err != nil {
+		t.Fatalf("%v\n%s", err, got.String())
+	}
+	want, err := os.ReadFile(filepath.Join(conf, "table.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.String() != string(want) {
+		t.Errorf("engine table differs from gpubind plan's (%s):\n--- want\n%s--- got\n%s", "table.golden", want, got.String())
+	}
+}

@@ -1,11 +1,12 @@
 /*
- * Shared between cgroup_common.c, cgroup_v1.c and cgroup_v2.c. Not part of
+ * Shared between cgroup_common.c, cgroup_v1.c and cgroup_v2*.c. Not part of
  * the front end's API (cgroup.h is).
  */
 #ifndef GPUBIND_CGROUP_INTERNAL_H
 #define GPUBIND_CGROUP_INTERNAL_H
 
 #include "cgroup.h"
+#include "cgroup_v2_prog.h"
 
 #include <stdarg.h>
 
@@ -94,7 +95,26 @@ int gb_cg_v1_apply(struct gb_cg *cg, struct gb_cg_task *t, const char *name,
 int gb_cg_v1_cleanup(struct gb_cg *cg, struct gb_cg_task *t, char *err,
 		     size_t errlen);
 
-/* cgroup_v2.c */
+/* cgroup_v2_bpf.c: bpf(2), no policy. The int-returning calls give a
+ * descriptor or 0, and -1 with errno (or, where they take err, GB_CG_ERROR
+ * with err filled in). */
+#define GB_BPF_MAX_QUERY 64
+int gb_bpf_prog_load(const struct gb_devprog *p, const char *name, char *err,
+		     size_t errlen);
+int gb_bpf_map_create(enum bpf_map_type type, unsigned entries,
+		      const char *name, char *err, size_t errlen);
+int gb_bpf_map_update(int map_fd, uint32_t key, uint32_t value);
+/* No more writes from user space; not fatal where the kernel lacks it. */
+int gb_bpf_map_freeze(int map_fd);
+int gb_bpf_prog_fd_by_id(uint32_t id);
+int gb_bpf_attach(int cg_fd, int prog_fd, unsigned flags);
+int gb_bpf_detach(int cg_fd, int prog_fd);
+/* Programs attached at (effective = 0) or in force for (1) cgroup dir:
+ * up to GB_BPF_MAX_QUERY ids, their count, and the attach flags. */
+int gb_bpf_query(const char *dir, int effective, uint32_t *ids,
+		 uint32_t *cnt, uint32_t *flags, char *err, size_t errlen);
+
+/* cgroup_v2.c: the policy (where the program goes, and the checks) */
 int gb_cg_v2_prepare(struct gb_cg *cg, char *err, size_t errlen);
 int gb_cg_v2_apply(struct gb_cg *cg, struct gb_cg_task *t, int local_id,
 		   const char *name, pid_t pid, const unsigned char *allow, const cpu_set_t *cpus,

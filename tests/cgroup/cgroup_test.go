@@ -68,7 +68,8 @@ func tool(t testing.TB) string {
 		args := []string{"-Wall", "-Wextra", "-Werror", "-O2", "-g", "-D_GNU_SOURCE",
 			"-I", fe, "-I", filepath.Join(root, "rule"), filepath.Join(root, "tests", "cgroup", "csrc", "cgtool.c"),
 			filepath.Join(fe, "cgroup_common.c"), filepath.Join(root, "rule", "table.c"), filepath.Join(fe, "cgroup_v1.c"),
-			filepath.Join(fe, "cgroup_v2.c"), "-o", toolPath}
+			filepath.Join(fe, "cgroup_v2.c"), filepath.Join(fe, "cgroup_v2_bpf.c"),
+			filepath.Join(fe, "cgroup_v2_prog.c"), "-o", toolPath}
 		out, err := exec.Command("gcc", args...).CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("gcc %s: %v\n%s", strings.Join(args, " "), err, out)

@@ -75,7 +75,8 @@ trap cleanup EXIT
 say "machine: $(uname -srm); cgroup2 at $cg2; this shell in $self; GPU node $dev (c 195:$minor)"
 gcc -Wall -Wextra -Werror -O2 -D_GNU_SOURCE -I "$root/spank/frontend" -I "$root/rule" \
 	"$root/tests/cgroup/csrc/cgtool.c" "$root"/spank/frontend/cgroup_common.c "$root"/rule/table.c \
-	"$root"/spank/frontend/cgroup_v1.c "$root"/spank/frontend/cgroup_v2.c -o "$work/cgtool" ||
+	"$root"/spank/frontend/cgroup_v1.c "$root"/spank/frontend/cgroup_v2.c "$root"/spank/frontend/cgroup_v2_bpf.c \
+	"$root"/spank/frontend/cgroup_v2_prog.c -o "$work/cgtool" ||
 	fail "building cgtool"
 gcc -Wall -Wextra -Werror -O2 "$here/cgroup_gpu.c" -o "$work/cgroup_gpu" -ldl || fail "building cgroup_gpu"
 

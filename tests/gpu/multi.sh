@@ -107,7 +107,8 @@ EOF
 
 section "5. isolate: each rank may open only its own GPU (cgroup v2 BPF, the plugin's code)"
 gcc "${W[@]}" -D_GNU_SOURCE -Ispank/frontend -Irule tests/cgroup/csrc/cgtool.c spank/frontend/cgroup_common.c rule/table.c \
-	spank/frontend/cgroup_v1.c spank/frontend/cgroup_v2.c -o "$work/cgtool" || failed=1
+	spank/frontend/cgroup_v1.c spank/frontend/cgroup_v2.c spank/frontend/cgroup_v2_bpf.c spank/frontend/cgroup_v2_prog.c \
+	-o "$work/cgtool" || failed=1
 minors=$(awk '/Device Minor/{print $3}' /proc/driver/nvidia/gpus/*/information | sort -n | paste -sd,)
 # rank i (local rank) takes the i-th GPU in PCI order, as gpuhelper_init does without the plugin;
 # the wrapper names it by UUID so CUDA's numbering inside the cgroup cannot mislead.
