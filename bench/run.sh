@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # gpubind benchmarks (issue 7). `make bench` runs them all; one section alone:
 #
-#   bench/run.sh [all | launch | stepd | init | scaling | go]...
+#   bench/run.sh [all | launch | plancache | stepd | init | scaling | go]...
 #
 #   launch   srun -N1 -n N with the plugin loaded and --gpu-bind-topo used, against no plugin
+#   plancache  the same in a task/affinity cluster with 16 declared CPUs (2 real): no plugin,
+#            plan cache off (every step runs the engine), first step of a shape, repeated step
 #   stepd    the plugin's own time inside slurmstepd (its verbose log) and slurmstepd's RSS
 #   init     gpuhelper_init against raw PMIx calls and against MPI_Init+split+Bcast
 #   scaling  NCCL ID distribution at 8..64 processes: direct modex against fence, 1..8 roots
@@ -250,6 +252,155 @@ wait_idle() {
 		sleep 0.05
 	done
 	die "node $1 still has jobs after 200 tries: $(squeue -w "$1" -t PD,CF,R,CG,S)"
+}
+
+# ---- 1b. launch with the plan cache (issue 16) --------------------------------------------------
+# One node, task/affinity, 16 CPUs declared on this 2-core VM, 8 fake GPUs. Per run and N, four
+# variants in an order that rotates every run ("first" always right before "repeat"):
+#   none     empty plugstack.conf, srun without the option
+#   nocache  plugin with plan_cache=0: the engine child runs for every step (the behaviour before)
+#   first    plugin, plan cache entries deleted just before: the first step of this shape
+#   repeat   the same step again: a plan cache hit
+# The per-boot discovery cache stays warm throughout (it is filled by run 0).
+section_plancache() {
+	local csv=$RES/plancache.csv md=$RES/plancache.md
+	if ((!HAVE_PLUGIN)); then pending plancache "build/spank_gpubind.so is not built"; return; fi
+	if [[ -n $CLUSTER ]]; then # one cluster at a time (the harness serialises them)
+		"$WORK/testcluster" stop "$CLUSTER" || log "warning: cluster stop failed: $CLUSTER"
+		CLUSTER=""
+	fi
+	[[ -x $WORK/testcluster ]] || go build -trimpath -o "$WORK/testcluster" ./tests/cluster/cmd/testcluster
+	local cache=$WORK/cache-plancache
+	mkdir -p "$cache" && chmod 755 "$cache"
+	log "plancache: starting a 1-node task/affinity cluster (16 CPUs declared, 8 fake GPUs, SlurmdDebug=verbose)"
+	CLUSTER=$("$WORK/testcluster" start -nodes 1 -cpus 16 -task task/affinity -conf SlurmdDebug=verbose)
+	eval "$("$WORK/testcluster" env "$CLUSTER")"
+	export SLURM_CONF GPUBIND_TEST_CLUSTER
+	local slog=$CLUSTER/log/slurmd-node1.log
+	local line="required $WORK/plugin/spank_gpubind.so root=$FIXTURE source=sysfs cache_dir=$cache"
+	echo "kind,ntasks,run,ms,plan_ms,hit" >"$csv"
+	log "plancache: $LAUNCH_RUNS runs x N=1,4,16 x {none, nocache, first, repeat}"
+	local run n i v off ms new plan hit t0 args order
+	for ((run = 0; run <= LAUNCH_RUNS; run++)); do # run 0 warms up (discovery cache, page cache)
+		for n in 1 4 16; do
+			case $((run % 3)) in
+			0) order="none nocache first repeat" ;;
+			1) order="nocache first repeat none" ;;
+			*) order="first repeat none nocache" ;;
+			esac
+			for v in $order; do
+				case $v in
+				none) : >"$CLUSTER/plugstack.conf.new" ;;
+				nocache) echo "$line plan_cache=0" >"$CLUSTER/plugstack.conf.new" ;;
+				*) echo "$line" >"$CLUSTER/plugstack.conf.new" ;;
+				esac
+				mv -f "$CLUSTER/plugstack.conf.new" "$CLUSTER/plugstack.conf"
+				[[ $v == first ]] && rm -rf "$cache/plans"
+				args=(-N1 -w node1 -n "$n" --gpus=$((n < 8 ? n : 8)))
+				# task/affinity cannot lay out 16 tasks on the 2 real CPUs ("Unable to layout
+				# tasks on given cpus"): N=16 runs unbound, in every variant alike.
+				((n == 16)) && args+=(--cpu-bind=none)
+				[[ $v != none ]] && args+=(--gpu-bind-topo)
+				wait_idle node1
+				off=$(stat -c %s "$slog")
+				t0=$EPOCHREALTIME
+				srun "${args[@]}" true || die "plancache: srun ${args[*]} true failed"
+				ms=$(ms_since "$t0")
+				plan=nan hit=0
+				if [[ $v != none ]]; then
+					new=$(tail -c +"$((off + 1))" "$slog")
+					plan=$(sed -n 's/.*gpubind: step plan took \([0-9.]*\) ms.*/\1/p' <<<"$new" | head -1)
+					[[ -n $plan ]] || die "plancache: no 'step plan took' line for $v N=$n:
+$new"
+					grep -q 'plan cache hit' <<<"$new" && hit=1
+					[[ $v == repeat && $hit == 0 ]] && die "plancache: the repeated step was not a plan cache hit:
+$new"
+					[[ $v != repeat && $hit == 1 ]] && die "plancache: $v step was a plan cache hit"
+				fi
+				((run > 0)) && echo "$v,$n,$run,$ms,$plan,$hit" >>"$csv"
+			done
+		done
+	done
+	# The engine child alone, and a posix_spawn launcher instead of fork (issue 14's design
+	# question): bench/c/spawn_launch.c, from a parent with 6 idle threads and 8 MB touched
+	# (slurmstepd's VmRSS is about 7 MB), 41 runs alternated, 3 rounds.
+	log "plancache: engine child, fork vs posix_spawn launcher"
+	cc -Wall -Wextra -Werror -O2 -o "$WORK/bin/spawn_launch" bench/c/spawn_launch.c -ldl -lpthread
+	printf '%s\n' option=closest mode=enforce source=sysfs "root=$FIXTURE" "cache_dir=$cache" \
+		"gres_conf=$CLUSTER/gres.conf" uid=0 gid=0 node_name=node1 local_tasks=4 global_ids=0,1,2,3 \
+		env.SLURM_STEP_GPUS=0,1,2,3 >"$WORK/request.txt"
+	local spawn_out=$WORK/spawn.txt
+	: >"$spawn_out"
+	for i in 1 2 3; do
+		"$WORK/bin/spawn_launch" "$WORK/plugin/gpubind_engine.so" "$WORK/request.txt" 41 6 8 >>"$spawn_out" ||
+			die "plancache: spawn_launch failed"
+	done
+	"$WORK/testcluster" stop "$CLUSTER" || log "warning: cluster stop failed: $CLUSTER"
+	CLUSTER=""
+	{
+		echo "## 1b. Launch with the plan cache (issue 16)"
+		echo
+		echo "\`bench/run.sh plancache\`: one node with \`TaskPlugin=task/affinity\`, 16 CPUs declared on this"
+		echo "$(nproc)-CPU machine (\`SlurmdParameters=config_overrides\`), 8 fake GPUs, the DGX H100 sysfs fixture,"
+		echo "the per-boot discovery cache warm. Wall time of \`srun -N1 -w node1 -n N --gpus=min(N,8)"
+		echo "[--gpu-bind-topo] true\` from the calling shell (N=16 adds \`--cpu-bind=none\` in every variant:"
+		echo "task/affinity cannot lay out 16 tasks on the 2 real CPUs), $LAUNCH_RUNS runs per cell after one warm-up; in"
+		echo "every run the four variants run back to back, in an order that rotates:"
+		echo
+		echo "- none: empty plugstack.conf, no option;"
+		echo "- nocache: the plugin with \`plan_cache=0\`: the engine child runs for every step (the behaviour"
+		echo "  before the plan cache);"
+		echo "- first: the plugin, plan cache entries deleted just before: the first step of this shape;"
+		echo "- repeat: the same step right after: a plan cache hit (checked in the slurmd log)."
+		echo
+		echo "Ratios are the median of the per-run ratios variant/none (same run, so drifting load cancels)."
+		echo
+		echo "| N | none median (ms) | nocache median (ms) | first median (ms) | repeat median (ms) | nocache/none | first/none | repeat/none | repeat goal <= 1.02 | first goal <= 1.05 (N=4) |"
+		echo "|---|---|---|---|---|---|---|---|---|---|"
+		local a b c d rb rc rd
+		for n in 1 4 16; do
+			a=$(col "$csv" "\$1==\"none\" && \$2==$n" 4 | median)
+			b=$(col "$csv" "\$1==\"nocache\" && \$2==$n" 4 | median)
+			c=$(col "$csv" "\$1==\"first\" && \$2==$n" 4 | median)
+			d=$(col "$csv" "\$1==\"repeat\" && \$2==$n" 4 | median)
+			rb=$(pc_ratios "$csv" nocache "$n" | median)
+			rc=$(pc_ratios "$csv" first "$n" | median)
+			rd=$(pc_ratios "$csv" repeat "$n" | median)
+			echo "| $n | $a | $b | $c | $d | $rb | $rc | $rd | $(verdict "$rd" 1.02) | $( ((n == 4)) && verdict "$rc" 1.05) |"
+		done
+		echo
+		echo "\`gpubind: step plan took X ms\` (slurm_spank_init_post_opt, from node1's slurmd log), per step:"
+		echo
+		echo "| variant | N | median (ms) | p90 (ms) | max (ms) |"
+		echo "|---|---|---|---|---|"
+		for v in nocache first repeat; do
+			for n in 1 4 16; do
+				echo "| $v | $n | $(col "$csv" "\$1==\"$v\" && \$2==$n" 5 | median) | $(col "$csv" "\$1==\"$v\" && \$2==$n" 5 | pctl 90) | $(col "$csv" "\$1==\"$v\" && \$2==$n" 5 | sort -g | tail -1) |"
+			done
+		done
+		echo
+		echo "The engine child alone (fork, dlopen, Go start, discovery cache read, plan, table; warm"
+		echo "caches, 4 tasks), and the same engine started by a \`posix_spawn\`ed launcher that dlopens it"
+		echo "(nothing but exec after fork in the parent): \`bench/c/spawn_launch.c\`, parent with 6 idle"
+		echo "threads and 8 MB touched (slurmstepd's size), 41 runs alternated, medians of 3 rounds:"
+		echo "fork $(awk '$1=="fork"{print $3}' "$spawn_out" | median) ms, spawn $(awk '$1=="spawn" && $2=="median"{print $3}' "$spawn_out" | median) ms,"
+		echo "spawn - fork $(awk '$1=="spawn" && $2=="-"{print $4}' "$spawn_out" | median) ms per engine run. With the plan cache only"
+		echo "the first step of a shape pays either."
+		echo
+		echo "Raw: \`bench/results/plancache.csv\` (ms per srun, plan ms, hit)."
+	} >"$md"
+	log "plancache: done"
+}
+
+# pc_ratios CSV VARIANT N: VARIANT/none of each run of plancache.csv.
+pc_ratios() {
+	awk -F, -v k="$2" -v n="$3" 'NR>1 && $2==n {v[$1, $3]=$4; r[$3]=1}
+		END {for (i in r) if ((((k, i) in v)) && ((("none", i) in v)) && v["none", i] > 0) printf "%.4f\n", v[k, i]/v["none", i]}' "$1"
+}
+
+# pctl P: the P-th percentile (nearest rank) of the numbers on stdin.
+pctl() {
+	sort -g | awk -v p="$1" '{v[NR]=$1} END{if(NR==0){print "nan"; exit} i=int((p*NR+99)/100); if(i<1)i=1; printf "%.3f\n", v[i]}'
 }
 
 # ---- 2. plugin cost inside slurmstepd ---------------------------------------------------------
@@ -687,6 +838,17 @@ summary() {
 			echo "| launch \`srun -N1 -n$n\` plugin/none (median per-run ratio) | <= 1.05 (stretch 1.02) | $r | $(verdict "$r" 1.05) |"
 		done
 	fi
+	c=$RES/plancache.csv
+	if [[ -f $c ]]; then
+		for n in 1 4 16; do
+			r=$(pc_ratios "$c" repeat "$n" | median)
+			echo "| plan cache: repeated step \`srun -N1 -n$n\` plugin/none, task/affinity | <= 1.02 | $r | $(verdict "$r" 1.02) |"
+		done
+		r=$(pc_ratios "$c" first 4 | median)
+		echo "| plan cache: first step of a shape \`srun -N1 -n4\` plugin/none | <= 1.05 | $r | $(verdict "$r" 1.05) |"
+		r=$(col "$c" "\$1==\"nocache\" && \$2==4" 5 | median)
+		echo "| engine child (plan time with the engine, plan_cache=0, N=4) | <= 5 ms | $r ms | $(verdict "$r" 5) |"
+	fi
 	c=$RES/stepd.csv
 	if [[ -f $c ]]; then
 		for n in 1 16; do
@@ -728,12 +890,12 @@ assemble() {
 		echo "# gpubind benchmark results"
 		echo
 		echo "Written by \`make bench\` (\`bench/run.sh\`); do not edit by hand. Sections run alone"
-		echo "(\`bench/run.sh launch|stepd|init|scaling|go\`) rewrite their part."
+		echo "(\`bench/run.sh launch|plancache|stepd|init|scaling|go\`) rewrite their part."
 		echo
 		if [[ -f $RES/machine.md ]]; then cat "$RES/machine.md"; fi
 		echo
 		summary
-		for s in launch stepd init scaling go; do
+		for s in launch plancache stepd init scaling go; do
 			[[ -f $RES/$s.md ]] && { cat "$RES/$s.md"; echo; }
 		done
 	} >"$out"
@@ -743,9 +905,9 @@ assemble() {
 main() {
 	local sections=("$@") s
 	((${#sections[@]})) || sections=(all)
-	[[ ${sections[*]} == all ]] && sections=(launch stepd init scaling go)
+	[[ ${sections[*]} == all ]] && sections=(launch plancache stepd init scaling go)
 	for s in "${sections[@]}"; do
-		case $s in launch | stepd | init | scaling | go) ;; *) die "unknown section '$s': expected all, launch, stepd, init, scaling or go" ;; esac
+		case $s in launch | plancache | stepd | init | scaling | go) ;; *) die "unknown section '$s': expected all, launch, plancache, stepd, init, scaling or go" ;; esac
 	done
 	local started=$EPOCHREALTIME
 	prepare

@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"syscall"
 	"unsafe"
 
@@ -71,6 +72,10 @@ func runToFD(request string, w fdWriter) (rc int) {
 //
 //export gpubind_engine_run
 func gpubind_engine_run(request *C.char, outFD C.int) (rc C.int) {
+	// The engine child lives a few ms and allocates about 150 kB: a garbage
+	// collection there is pure cost. RLIMIT_CPU and the parent's deadline
+	// still bound it. (Only here: srun's in-process option check keeps GC.)
+	debug.SetGCPercent(-1)
 	defer func() {
 		if recover() != nil {
 			rc = -2

@@ -3,6 +3,7 @@
  * errors naming them) and the precedence of the option sources.
  */
 #include "gpubind.h"
+#include "plancache.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -71,12 +72,13 @@ int gb_config_parse(int ac, char **av, struct gb_config *c, char *err,
 	static const char *keys[] = { "default", "mode", "source", "snapshot",
 				      "root", "engine", "cache_dir",
 				      "gres_conf", "timeout", "isolate",
-				      "cpus" };
+				      "cpus", "plan_cache" };
 	int seen[sizeof(keys) / sizeof(keys[0])] = { 0 };
 
 	memset(c, 0, sizeof(*c));
 	strcpy(c->source, "auto");
 	c->timeout_ms = GB_DEFAULT_TIMEOUT_MS;
+	c->plan_cache = GB_PLANCACHE_DEFAULT_ENTRIES;
 
 	for (int i = 0; i < ac; i++) {
 		const char *arg = av[i], *eq = strchr(arg, '=');
@@ -100,7 +102,7 @@ int gb_config_parse(int ac, char **av, struct gb_config *c, char *err,
 				break;
 		if (k == sizeof(keys) / sizeof(keys[0]))
 			return fail(err, errlen,
-				    "unknown plugstack argument \"%s\" (known: default, mode, source, snapshot, root, engine, cache_dir, gres_conf, timeout, isolate, cpus)",
+				    "unknown plugstack argument \"%s\" (known: default, mode, source, snapshot, root, engine, cache_dir, gres_conf, timeout, isolate, cpus, plan_cache)",
 				    arg);
 		if (seen[k]++)
 			return fail(err, errlen,
@@ -157,6 +159,18 @@ int gb_config_parse(int ac, char **av, struct gb_config *c, char *err,
 					    "plugstack argument timeout=%s: expected milliseconds, 1..600000",
 					    val);
 			c->timeout_ms = (int) v;
+		} else if (!strcmp(key, "plan_cache")) {
+			char *end;
+			long v;
+
+			errno = 0;
+			v = strtol(val, &end, 10);
+			if (errno || !*val || *end || v < 0 ||
+			    v > GB_PLANCACHE_MAX_ENTRIES)
+				return fail(err, errlen,
+					    "plugstack argument plan_cache=%s: expected a number of entries, 0 (off)..%d",
+					    val, GB_PLANCACHE_MAX_ENTRIES);
+			c->plan_cache = (int) v;
 		} else if (set_tristate(c, key, val, err, errlen)) {
 			return -1;
 		}

@@ -38,6 +38,7 @@ struct gb_config {
 	int timeout_ms;
 	char force[64];          /* comma list: isolate,cpus */
 	char never[64];
+	int plan_cache;          /* plan cache entries kept (plancache.c); 0 = off */
 };
 
 extern struct gb_config gb_conf;

@@ -18,6 +18,7 @@
 #include <slurm/slurm.h>
 
 #include "cgroup_stepd.h"
+#include "plancache.h"
 #include "table.h"
 
 #define GB_ENV_MAX (1024 * 1024)
@@ -303,6 +304,7 @@ int gb_stepd_init_post_opt(spank_t sp)
 	char *envopt;
 	struct req r = { 0 };
 	struct gb_child_result res;
+	struct gb_plancache pc;
 	int failed, rc;
 	long t0 = gb_now_us();
 
@@ -333,6 +335,12 @@ int gb_stepd_init_post_opt(spank_t sp)
 		free(r.p);
 		return plan_failed("cannot build the plan request");
 	}
+	/* A step shape planned before: its table, no engine child. */
+	gb_plancache_begin(&pc, engine, r.p);
+	if (gb_plancache_get(&pc, ntasks, &plan)) {
+		free(r.p);
+		goto planned;
+	}
 	rc = gb_run_engine(engine, r.p, gb_conf.timeout_ms, &res, err,
 			   sizeof(err));
 	free(r.p);
@@ -344,6 +352,8 @@ int gb_stepd_init_post_opt(spank_t sp)
 		return plan_failed(why);
 	}
 	rc = gb_table_parse(res.out, res.outlen, &plan, err, sizeof(err));
+	if (!rc)
+		gb_plancache_put(&pc, &plan, ntasks, &res, res.out, res.outlen);
 	free(res.out);
 	if (rc) {
 		(void) snprintf(why, sizeof(why),
@@ -374,6 +384,7 @@ int gb_stepd_init_post_opt(spank_t sp)
 	}
 	if (res.timed_out)
 		gb_error("warning: %s; the plan it wrote is used", err);
+planned:
 	for (int i = 0; i < plan.nmessages; i++) {
 		if (plan.status == GB_STATUS_WARN)
 			gb_error("warning: %s", plan.messages[i]);
@@ -381,9 +392,11 @@ int gb_stepd_init_post_opt(spank_t sp)
 			gb_verbose("%s", plan.messages[i]);
 	}
 	plan_active = 1;
-	gb_verbose("step plan took %.1f ms (%d tasks, %d GPUs, rule %s)",
+	gb_verbose("step plan took %.1f ms (%d tasks, %d GPUs, rule %s%s)",
 		   (gb_now_us() - t0) / 1000.0, plan.ntasks, plan.ngpus,
-		   plan.rule == GB_RULE_NUMA ? "numa" : "table");
+		   plan.rule == GB_RULE_NUMA ? "numa" : "table",
+		   pc.hit ? ", plan cache hit" : "");
+	gb_plancache_end(&pc);
 	/* isolate/cpus: per-task cgroups (cgroup_stepd.c). */
 	return gb_cgroup_prepare(sp, &plan);
 }

@@ -1,0 +1,579 @@
+/*
+ * Plan cache (issue 16). A step whose shape was planned before on this
+ * node reads its decision table from CACHE_DIR/plans/p-HASH instead of
+ * forking the engine child: a lookup is a few stats, one open and one
+ * read, all in slurmstepd, no fork.
+ *
+ * Entry file:  "gpubind-plancache 1 KEYLEN TABLELEN\n" KEY TABLE
+ * Trust: CACHE_DIR and CACHE_DIR/plans are directories (not links) owned
+ * by the effective user (root) and not group/world writable; the entry is
+ * a regular file (opened O_NOFOLLOW) with the same owner and mode rules;
+ * its size is exactly what the header says; its key equals ours byte for
+ * byte; its table parses, has status ok or warn and this step's task
+ * count. Anything else is a miss: the engine runs and the entry is
+ * rewritten (temp file + rename), never fatal.
+ *
+ * The key is everything the engine's answer depends on: the request text
+ * (every plugstack setting, option, step GPUs, task count, global ids,
+ * node name, job uid/gid and the step environment the engine reads) and
+ * the identity (device, inode, size, mtime, ctime) or content of each
+ * file the engine reads besides: the engine itself, the boot id and
+ * driver version (the discovery cache's key), the MIG layout, the
+ * snapshot, slurm.conf and cgroup.conf (GPU numbering), gres.conf. A new
+ * file read by the engine must be added to build_key.
+ */
+#include "gpubind.h"
+#include "plancache.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <libgen.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "table.h"
+
+#define PC_MAGIC "gpubind-plancache 1"
+#define PC_HDR_MAX 64
+#define PC_KEY_MAX (4 * 1024 * 1024)
+#define PC_TMP_STALE_S 600
+
+struct buf {
+	char *p;
+	size_t len, cap;
+	int bad;
+};
+
+static void badd(struct buf *b, const char *s, size_t n)
+{
+	if (b->bad)
+		return;
+	if (b->len + n + 1 > b->cap) {
+		size_t c = b->cap ? b->cap : 4096;
+		char *x;
+
+		while (c < b->len + n + 1)
+			c *= 2;
+		if (c > PC_KEY_MAX || !(x = realloc(b->p, c))) {
+			b->bad = 1;
+			return;
+		}
+		b->p = x;
+		b->cap = c;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+}
+
+static void bstr(struct buf *b, const char *s)
+{
+	badd(b, s, strlen(s));
+}
+
+/* Bytes outside printable ASCII (and space, '%') as %XX: one line each. */
+static void besc(struct buf *b, const char *s, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char) s[i];
+		char e[3] = { '%', hex[c >> 4], hex[c & 15] };
+
+		if (c > ' ' && c < 0x7f && c != '%')
+			badd(b, (const char *) &s[i], 1);
+		else
+			badd(b, e, 3);
+	}
+}
+
+/* "name=PATH dev:ino:size:mtime:ctime\n", or "PATH missing(errno)". */
+static void bident(struct buf *b, const char *name, const char *path)
+{
+	struct stat st;
+	char tmp[160];
+
+	bstr(b, name);
+	bstr(b, "=");
+	besc(b, path, strlen(path));
+	if (!path[0]) {
+		bstr(b, "\n");
+		return;
+	}
+	if (stat(path, &st))
+		(void) snprintf(tmp, sizeof(tmp), " missing(%d)\n", errno);
+	else
+		(void) snprintf(tmp, sizeof(tmp),
+				" %llx:%llu:%lld:%lld.%09ld:%lld.%09ld\n",
+				(unsigned long long) st.st_dev,
+				(unsigned long long) st.st_ino,
+				(long long) st.st_size,
+				(long long) st.st_mtim.tv_sec,
+				st.st_mtim.tv_nsec,
+				(long long) st.st_ctim.tv_sec,
+				st.st_ctim.tv_nsec);
+	bstr(b, tmp);
+}
+
+/* "name=CONTENT\n" of a small file (/proc: no useful mtime), "-" if none. */
+static void bcontent(struct buf *b, const char *name, const char *path)
+{
+	char data[4096];
+	ssize_t n = -1;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+
+	if (fd >= 0) {
+		n = read(fd, data, sizeof(data));
+		(void) close(fd);
+	}
+	bstr(b, name);
+	bstr(b, "=");
+	if (n < 0)
+		bstr(b, "-");
+	else
+		besc(b, data, (size_t) n);
+	bstr(b, "\n");
+}
+
+static void bglob(struct buf *b, const char *pattern)
+{
+	glob_t g;
+
+	if (glob(pattern, 0, NULL, &g) == 0) {
+		for (size_t i = 0; i < g.gl_pathc; i++) {
+			bstr(b, ",");
+			besc(b, g.gl_pathv[i], strlen(g.gl_pathv[i]));
+		}
+	}
+	globfree(&g);
+}
+
+/* The value of KEY= in the request, copied to out ("" when absent). */
+static void req_value(const char *req, const char *key, char *out, size_t len)
+{
+	size_t kl = strlen(key);
+
+	out[0] = '\0';
+	for (const char *p = req; p && *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t l = nl ? (size_t) (nl - p) : strlen(p);
+
+		if (l > kl && !strncmp(p, key, kl) && p[kl] == '=') {
+			l -= kl + 1;
+			if (l >= len)
+				l = len - 1;
+			memcpy(out, p + kl + 1, l);
+			out[l] = '\0';
+			return;
+		}
+		p = nl ? nl + 1 : NULL;
+	}
+}
+
+static int build_key(struct buf *b, const char *engine, const char *request)
+{
+	char root[1100], path[2300], conf[1100], confdir[1100];
+	const char *r = gb_conf.root[0] ? gb_conf.root : "";
+
+	(void) snprintf(root, sizeof(root), "%s", r);
+	bstr(b, PC_MAGIC "\n");
+	bident(b, "engine", engine);
+	bcontent(b, "boot", "/proc/sys/kernel/random/boot_id");
+	(void) snprintf(path, sizeof(path), "%s/proc/driver/nvidia/version", root);
+	bcontent(b, "driver", path);
+	bstr(b, "mig=");
+	(void) snprintf(path, sizeof(path),
+			"%s/proc/driver/nvidia/capabilities/gpu*/mig/gi*", root);
+	bglob(b, path);
+	(void) snprintf(path, sizeof(path),
+			"%s/proc/driver/nvidia/capabilities/gpu*/mig/gi*/ci*",
+			root);
+	bglob(b, path);
+	bstr(b, "\n");
+	bident(b, "snapshot", gb_conf.snapshot);
+	req_value(request, "env.SLURM_CONF", conf, sizeof(conf));
+	bident(b, "slurm_conf", conf);
+	confdir[0] = '\0';
+	if (conf[0]) {
+		char tmp[1100];
+
+		(void) snprintf(tmp, sizeof(tmp), "%s", conf);
+		(void) snprintf(confdir, sizeof(confdir), "%s", dirname(tmp));
+		(void) snprintf(path, sizeof(path), "%s/cgroup.conf", confdir);
+		bident(b, "cgroup_conf", path);
+	}
+	/* The engine's choice of gres.conf (engine.go, plan). */
+	if (gb_conf.gres_conf[0])
+		(void) snprintf(path, sizeof(path), "%s", gb_conf.gres_conf);
+	else if (confdir[0])
+		(void) snprintf(path, sizeof(path), "%s/gres.conf", confdir);
+	else
+		(void) snprintf(path, sizeof(path), "/etc/slurm/gres.conf");
+	bident(b, "gres_conf", path);
+	bstr(b, "request\n");
+	bstr(b, request);
+	return b->bad ? -1 : 0;
+}
+
+static uint64_t fnv1a(const char *p, size_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+
+	for (size_t i = 0; i < n; i++) {
+		h ^= (unsigned char) p[i];
+		h *= 0x100000001b3ULL;
+	}
+	return h;
+}
+
+/* A directory we may trust: not a link, ours, not group/world writable. */
+static int trusted_dir(const char *dir, char *why, size_t len)
+{
+	struct stat st;
+
+	if (lstat(dir, &st)) {
+		(void) snprintf(why, len, "%s: %s", dir, strerror(errno));
+		return errno == ENOENT ? 1 : -1;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		(void) snprintf(why, len, "%s is not a directory", dir);
+		return -1;
+	}
+	if (st.st_uid != geteuid()) {
+		(void) snprintf(why, len, "%s is owned by uid %u, not %u", dir,
+				(unsigned) st.st_uid, (unsigned) geteuid());
+		return -1;
+	}
+	if (st.st_mode & 022) {
+		(void) snprintf(why, len,
+				"%s is writable by group or others (mode %03o)",
+				dir, (unsigned) (st.st_mode & 0777));
+		return -1;
+	}
+	return 0;
+}
+
+/* The key of the last begin: a step that fails before _end leaks none. */
+static char *last_key;
+
+void gb_plancache_end(struct gb_plancache *pc)
+{
+	if (pc->key == last_key)
+		last_key = NULL;
+	free(pc->key);
+	pc->key = NULL;
+	pc->usable = 0;
+}
+
+void gb_plancache_begin(struct gb_plancache *pc, const char *engine,
+			const char *request)
+{
+	const char *base = gb_conf.cache_dir[0] ? gb_conf.cache_dir :
+			   GB_DEFAULT_CACHE_DIR;
+	struct buf b = { 0 };
+	char why[1300];
+	int rc;
+
+	memset(pc, 0, sizeof(*pc));
+	free(last_key);
+	last_key = NULL;
+	if (gb_conf.plan_cache == 0)
+		return;
+	rc = trusted_dir(base, why, sizeof(why));
+	if (rc < 0) {
+		gb_info("plan cache not used: %s", why);
+		return;
+	}
+	/* rc 1: no cache_dir yet; the engine creates it, put() then writes. */
+	if (build_key(&b, engine, request)) {
+		free(b.p);
+		gb_info("plan cache not used: the key is longer than %d bytes or memory ran out",
+			PC_KEY_MAX);
+		return;
+	}
+	if ((size_t) snprintf(pc->dir, sizeof(pc->dir), "%s/%s", base,
+			      GB_PLANCACHE_SUBDIR) >= sizeof(pc->dir)) {
+		free(b.p);
+		gb_info("plan cache not used: cache_dir path too long");
+		return;
+	}
+	(void) snprintf(pc->path, sizeof(pc->path), "%s/p-%016llx", pc->dir,
+			(unsigned long long) fnv1a(b.p, b.len));
+	pc->key = last_key = b.p;
+	pc->keylen = b.len;
+	pc->usable = 1;
+}
+
+/* Read the whole of fd (st_size bytes) into a malloc'd buffer. */
+static char *read_all(int fd, size_t size)
+{
+	char *p = malloc(size + 1);
+	size_t got = 0;
+
+	if (!p)
+		return NULL;
+	while (got < size) {
+		ssize_t n = read(fd, p + got, size - got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			free(p);
+			return NULL;
+		}
+		got += n;
+	}
+	p[size] = '\0';
+	return p;
+}
+
+/* Parse "gpubind-plancache 1 KEYLEN TABLELEN\n"; header length or -1. */
+static long parse_header(const char *p, size_t size, size_t *kl, size_t *tl)
+{
+	const char *nl = memchr(p, '\n', size < PC_HDR_MAX ? size : PC_HDR_MAX);
+	const char *s = p + strlen(PC_MAGIC " ");
+	char *end;
+	unsigned long long a, c;
+
+	if (!nl || strncmp(p, PC_MAGIC " ", strlen(PC_MAGIC " ")))
+		return -1;
+	if (*s < '0' || *s > '9')
+		return -1;
+	a = strtoull(s, &end, 10);
+	if (*end != ' ' || end[1] < '0' || end[1] > '9')
+		return -1;
+	c = strtoull(end + 1, &end, 10);
+	if (end != nl)
+		return -1;
+	*kl = a;
+	*tl = c;
+	return nl - p + 1;
+}
+
+int gb_plancache_get(struct gb_plancache *pc, unsigned ntasks,
+		     struct gb_table *t)
+{
+	struct stat st;
+	char why[1400], err[512];
+	char *data;
+	size_t kl, tl;
+	long hl;
+	int fd;
+
+	if (!pc->usable || trusted_dir(pc->dir, why, sizeof(why)))
+		return 0; /* no plans/ yet (or untrusted: put() says why) */
+	fd = open(pc->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0) {
+		if (errno != ENOENT)
+			gb_error("warning: plan cache entry %s ignored: open: %s",
+				 pc->path, strerror(errno));
+		return 0;
+	}
+	if (fstat(fd, &st)) {
+		gb_error("warning: plan cache entry %s ignored: fstat: %s",
+			 pc->path, strerror(errno));
+		(void) close(fd);
+		return 0;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+	    (st.st_mode & 022)) {
+		gb_error("warning: plan cache entry %s ignored: not a regular file owned by uid %u and writable only by it (uid %u, mode %03o); the engine runs and replaces it",
+			 pc->path, (unsigned) geteuid(), (unsigned) st.st_uid,
+			 (unsigned) (st.st_mode & 0777));
+		(void) close(fd);
+		return 0;
+	}
+	if ((size_t) st.st_size > PC_HDR_MAX + pc->keylen + GB_TABLE_MAX_BYTES) {
+		gb_info("plan cache entry %s ignored: %lld bytes, more than a plan of this key can be; the engine runs and rewrites it",
+			pc->path, (long long) st.st_size);
+		(void) close(fd);
+		return 0;
+	}
+	data = read_all(fd, (size_t) st.st_size);
+	(void) close(fd);
+	if (!data) {
+		gb_info("plan cache entry %s ignored: cannot read it (or out of memory)",
+			pc->path);
+		return 0;
+	}
+	hl = parse_header(data, (size_t) st.st_size, &kl, &tl);
+	if (hl < 0 || kl > (size_t) st.st_size || tl > (size_t) st.st_size ||
+	    (size_t) hl + kl + tl != (size_t) st.st_size) {
+		gb_info("plan cache entry %s ignored: corrupt (bad header or size); the engine runs and rewrites it",
+			pc->path);
+		free(data);
+		return 0;
+	}
+	if (kl != pc->keylen || memcmp(data + hl, pc->key, kl)) {
+		/* Another key with the same hash, or a stale entry. */
+		gb_debug("plan cache entry %s holds another key: miss",
+			 pc->path);
+		free(data);
+		return 0;
+	}
+	if (gb_table_parse(data + hl + kl, tl, t, err, sizeof(err))) {
+		gb_info("plan cache entry %s ignored: corrupt table (%s); the engine runs and rewrites it",
+			pc->path, err);
+		free(data);
+		return 0;
+	}
+	free(data);
+	if (t->status == GB_STATUS_ERROR || t->ntasks != (int) ntasks) {
+		gb_info("plan cache entry %s ignored: status error or %d tasks for %u; the engine runs and rewrites it",
+			pc->path, t->ntasks, ntasks);
+		gb_table_free(t);
+		return 0;
+	}
+	pc->hit = 1;
+	return 1;
+}
+
+struct ent {
+	char name[64];
+	struct timespec mtime;
+};
+
+static int ent_cmp(const void *a, const void *b)
+{
+	const struct ent *x = a, *y = b;
+
+	if (x->mtime.tv_sec != y->mtime.tv_sec)
+		return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
+	if (x->mtime.tv_nsec != y->mtime.tv_nsec)
+		return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+/* Keep at most max entries (oldest written go first); drop stale temps. */
+static void evict(const char *dir, int max)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	struct ent *v = NULL;
+	size_t n = 0, cap = 0;
+	time_t now = time(NULL);
+
+	if (!d) {
+		gb_info("plan cache eviction skipped: opendir %s: %s", dir,
+			strerror(errno));
+		return;
+	}
+	while ((e = readdir(d))) {
+		struct stat st;
+		int tmp = !strncmp(e->d_name, ".tmp-", 5);
+
+		if ((strncmp(e->d_name, "p-", 2) && !tmp) ||
+		    strlen(e->d_name) >= sizeof(v->name))
+			continue;
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW))
+			continue;
+		if (tmp) {
+			if (now - st.st_mtim.tv_sec > PC_TMP_STALE_S)
+				(void) unlinkat(dirfd(d), e->d_name, 0);
+			continue;
+		}
+		if (n == cap) {
+			struct ent *x = realloc(v, (cap ? cap * 2 : 64) * sizeof(*v));
+
+			if (!x) {
+				gb_info("plan cache eviction skipped: out of memory");
+				goto out;
+			}
+			v = x;
+			cap = cap ? cap * 2 : 64;
+		}
+		(void) snprintf(v[n].name, sizeof(v[n].name), "%s", e->d_name);
+		v[n].mtime = st.st_mtim;
+		n++;
+	}
+	if (n > (size_t) max) {
+		qsort(v, n, sizeof(*v), ent_cmp);
+		for (size_t i = 0; i < n - (size_t) max; i++)
+			if (unlinkat(dirfd(d), v[i].name, 0) && errno != ENOENT)
+				gb_info("plan cache: cannot evict %s/%s: %s",
+					dir, v[i].name, strerror(errno));
+	}
+out:
+	free(v);
+	(void) closedir(d);
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		p += w;
+		n -= w;
+	}
+	return 0;
+}
+
+void gb_plancache_put(struct gb_plancache *pc, const struct gb_table *t,
+		      unsigned ntasks, const struct gb_child_result *res,
+		      const char *text, size_t len)
+{
+	char tmp[1300], hdr[PC_HDR_MAX], why[1400];
+	int fd, n, rc;
+
+	if (!pc->usable || pc->hit)
+		return;
+	/* Only clean answers are worth repeating. */
+	if (t->status == GB_STATUS_ERROR || t->ntasks != (int) ntasks ||
+	    res->timed_out || res->killed || !res->exited ||
+	    !WIFEXITED(res->status) || WEXITSTATUS(res->status))
+		return;
+	rc = trusted_dir(pc->dir, why, sizeof(why));
+	if (rc == 1) {
+		if (mkdir(pc->dir, 0700) && errno != EEXIST) {
+			gb_info("plan cache not written: mkdir %s: %s", pc->dir,
+				strerror(errno));
+			return;
+		}
+		rc = trusted_dir(pc->dir, why, sizeof(why));
+	}
+	if (rc) {
+		gb_info("plan cache not written: %s", why);
+		return;
+	}
+	n = snprintf(hdr, sizeof(hdr), PC_MAGIC " %zu %zu\n", pc->keylen, len);
+	(void) snprintf(tmp, sizeof(tmp), "%s/.tmp-XXXXXX", pc->dir);
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0) {
+		gb_info("plan cache not written: mkstemp in %s: %s", pc->dir,
+			strerror(errno));
+		return;
+	}
+	if (fchmod(fd, 0600) || write_all(fd, hdr, (size_t) n) ||
+	    write_all(fd, pc->key, pc->keylen) || write_all(fd, text, len)) {
+		gb_info("plan cache not written: %s: %s", tmp, strerror(errno));
+		(void) close(fd);
+		(void) unlink(tmp);
+		return;
+	}
+	if (close(fd)) {
+		gb_info("plan cache not written: close %s: %s", tmp,
+			strerror(errno));
+		(void) unlink(tmp);
+		return;
+	}
+	if (rename(tmp, pc->path)) {
+		gb_info("plan cache not written: rename %s to %s: %s", tmp,
+			pc->path, strerror(errno));
+		(void) unlink(tmp);
+		return;
+	}
+	evict(pc->dir, gb_conf.plan_cache);
+}

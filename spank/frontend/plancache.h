@@ -1,0 +1,59 @@
+/*
+ * Plan cache (issue 16): the decision table of a step shape, kept under
+ * cache_dir/plans so that a repeated step skips the engine child. Read and
+ * written by the C front end in slurmstepd (root), never by the engine.
+ */
+#ifndef GPUBIND_PLANCACHE_H
+#define GPUBIND_PLANCACHE_H
+
+#include <stddef.h>
+
+#define GB_PLANCACHE_DEFAULT_ENTRIES 256
+#define GB_PLANCACHE_MAX_ENTRIES 100000
+#define GB_PLANCACHE_SUBDIR "plans"
+#define GB_DEFAULT_CACHE_DIR "/run/gpubind"
+
+struct gb_plancache {
+	int usable;          /* key built and the directory may be used */
+	int hit;             /* the table came from the cache */
+	char dir[1100];      /* CACHE_DIR/plans */
+	char path[1200];     /* CACHE_DIR/plans/p-HASH */
+	char *key;           /* malloc'd key text (freed by _end or the next _begin) */
+	size_t keylen;
+};
+
+struct gb_table;
+struct gb_child_result;
+
+/*
+ * Build the key of this step: the request text (every admin setting, the
+ * option, step GPUs, task count, global ids, node name, job user, step
+ * environment) plus the identity of everything else the engine reads:
+ * the engine file, boot id, driver version, MIG layout, the snapshot,
+ * slurm.conf, cgroup.conf and gres.conf. Settings come from gb_conf
+ * (cache_dir, plan_cache=N entries, 0 = off). Never fails the step: on any problem
+ * the cache is just not used (and the log says why).
+ */
+void gb_plancache_begin(struct gb_plancache *pc, const char *engine,
+			const char *request);
+
+/*
+ * 1 on a hit: t holds the cached plan, parsed, status ok or warn, with
+ * ntasks tasks. 0 on a miss (t untouched): absent, stale, corrupt or
+ * untrusted entries are misses, and the log says why for the last three.
+ */
+int gb_plancache_get(struct gb_plancache *pc, unsigned ntasks,
+		     struct gb_table *t);
+
+/*
+ * After the engine ran and its table parsed as t: store the text when the
+ * plan is one worth repeating (clean exit, status ok or warn, ntasks
+ * tasks). Temp file + rename; evicts the oldest beyond max_entries.
+ */
+void gb_plancache_put(struct gb_plancache *pc, const struct gb_table *t,
+		      unsigned ntasks, const struct gb_child_result *res,
+		      const char *text, size_t len);
+
+void gb_plancache_end(struct gb_plancache *pc);
+
+#endif
