@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -195,6 +196,29 @@ type NodeConf struct {
 	Numbering Numbering // NumberingAuto where slurm.conf is unknown or unreadable
 	Gres      *GresConf // nil: no gres.conf (GRES indices in PCI order, assumed)
 	GresFrom  string    // the gres.conf read
+	// Read lists every configuration file the plan depends on, included ones too, and
+	// cgroup.conf and gres.conf where they could appear later: the plugin's plan cache
+	// trusts an entry only while none of them changed.
+	Read []string
+}
+
+// addRead appends the files lines came from to nc.Read, each once.
+func (nc *NodeConf) addRead(paths ...string) {
+	for _, p := range paths {
+		if p != "" && !slices.Contains(nc.Read, p) {
+			nc.Read = append(nc.Read, p)
+		}
+	}
+}
+
+func linesFiles(lines []ConfLine) []string {
+	var out []string
+	for _, l := range lines {
+		if l.File != "" && (len(out) == 0 || out[len(out)-1] != l.File) {
+			out = append(out, l.File)
+		}
+	}
+	return out
 }
 
 // LoadNodeConf reads the configuration as the plugin's engine does on a node. slurmConf is
@@ -205,8 +229,10 @@ func LoadNodeConf(slurmConf, gresConf, node string) (*NodeConf, error) {
 	nc := &NodeConf{Numbering: NumberingAuto}
 	path := gresConf
 	if slurmConf != "" {
-		if s, _, err := ReadSlurmSettings(slurmConf, "", nil); err == nil {
+		nc.addRead(slurmConf, filepath.Join(filepath.Dir(slurmConf), "cgroup.conf"))
+		if s, lines, err := ReadSlurmSettings(slurmConf, "", nil); err == nil {
 			nc.Numbering = s.Numbering()
+			nc.addRead(linesFiles(lines)...)
 		}
 		if path == "" {
 			path = filepath.Join(filepath.Dir(slurmConf), "gres.conf")
@@ -218,13 +244,19 @@ func LoadNodeConf(slurmConf, gresConf, node string) (*NodeConf, error) {
 	if node == "" {
 		node = ShortHostname()
 	}
+	nc.addRead(path)
 	if _, err := os.Stat(path); err != nil && gresConf == "" {
 		return nc, nil
 	}
-	gc, err := LoadGresConf(path, node)
+	lines, err := ReadConf(path, ConfSlurm, nil)
+	if err != nil {
+		return nil, fmt.Errorf("gres.conf: %w", err)
+	}
+	gc, err := ParseGresLines(lines, node)
 	if err != nil {
 		return nil, err
 	}
+	nc.addRead(linesFiles(lines)...)
 	nc.Gres, nc.GresFrom = gc, path
 	return nc, nil
 }

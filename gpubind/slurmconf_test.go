@@ -115,4 +115,18 @@ func TestLoadNodeConf(t *testing.T) {
 	if _, err := gpubind.LoadNodeConf("", filepath.Join(dir, "nothere.conf"), "node1"); err == nil {
 		t.Error("a missing gres_conf= was accepted")
 	}
+	// Read names every file the plan depends on, included ones and the cgroup.conf that
+	// could appear later, for the plugin's plan cache.
+	writeFile(t, filepath.Join(dir, "slurm.conf"), "Include "+filepath.Join(dir, "task.conf")+"\n")
+	writeFile(t, filepath.Join(dir, "task.conf"), "TaskPlugin=task/cgroup\n")
+	writeFile(t, filepath.Join(dir, "gres.conf"), "Include gres.d/node1.conf\n")
+	writeFile(t, filepath.Join(dir, "gres.d", "node1.conf"), "Name=gpu File=/dev/nvidia3\n")
+	nc, err = gpubind.LoadNodeConf(filepath.Join(dir, "slurm.conf"), "", "node1")
+	want := []string{"slurm.conf", "cgroup.conf", "task.conf", "gres.conf", "gres.d/node1.conf"}
+	for i := range want {
+		want[i] = filepath.Join(dir, want[i])
+	}
+	if err != nil || !reflect.DeepEqual(nc.Read, want) {
+		t.Errorf("files read: %q %v, want %q", nc.Read, err, want)
+	}
 }

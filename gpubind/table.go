@@ -16,6 +16,7 @@ const (
 	MaxTableTasks   = 4096
 	MaxTableGPUs    = 1024
 	MaxTableNUMA    = 1024
+	MaxTableDepends = 64
 	RuleTable       = "table"
 	RuleNUMA        = "numa"
 	StatusOK        = "ok"
@@ -42,6 +43,9 @@ type Table struct {
 	NUMAGPUs map[int][]int // NUMA node -> step GPU ids, best first
 	Fallback []int
 	Tasks    []TableTask
+	// Depends are the files the plan was made from besides the topology: the plugin's
+	// plan cache reuses the table only while none of them changed.
+	Depends []string
 }
 
 // TableNUMA is a "numa" line.
@@ -149,6 +153,13 @@ func (t *Table) Encode(w io.Writer) error {
 		add("fallback %s", dashList(t.Fallback))
 		for _, k := range t.Tasks {
 			add("task %d %s %s", k.Local, dashList(k.GPUs), dash(k.CPUs.String()))
+		}
+		for i, d := range t.Depends {
+			if i == MaxTableDepends || strings.ContainsFunc(d, func(r rune) bool { return r <= ' ' || r > '~' }) {
+				add("depends ?") // a file the plan cache cannot name: never cache this plan
+				break
+			}
+			add("depends %s", d)
 		}
 	}
 	var buf bytes.Buffer

@@ -240,6 +240,8 @@ void gb_table_free(struct gb_table *t)
 	free(t->can_open);
 	free(t->unit_at);
 	free(t->unit_used);
+	for (int i = 0; i < t->ndepends; i++)
+		free(t->depends[i]);
 	if (t->tasks)
 		for (int i = 0; i < t->ntasks; i++)
 			free(t->tasks[i].gpus);
@@ -492,6 +494,13 @@ int gb_table_parse(const char *text, size_t len, struct gb_table *t,
 			if (parse_idlist(f[2], &ng[nng].ids, &ng[nng].n))
 				goto badline;
 			nng++;
+		} else if (!strcmp(f[0], "depends") && nf == 2) {
+			if (t->ndepends == GB_TABLE_MAX_DEPENDS)
+				goto badline;
+			t->depends[t->ndepends] = strdup(f[1]);
+			if (!t->depends[t->ndepends])
+				goto oom;
+			t->ndepends++;
 		} else if (!strcmp(f[0], "fallback") && nf == 2) {
 			free(t->fallback);
 			if (parse_idlist(f[1], &t->fallback, &t->nfallback))

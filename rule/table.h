@@ -20,6 +20,7 @@
 #define GB_TABLE_MAX_GPUS 1024
 #define GB_TABLE_MAX_NUMA 1024
 #define GB_TABLE_MAX_SHARE 1024
+#define GB_TABLE_MAX_DEPENDS 64
 #define GB_MAX_PER_TASK 64
 
 enum gb_status { GB_STATUS_OK, GB_STATUS_WARN, GB_STATUS_ERROR };
@@ -75,6 +76,10 @@ struct gb_table {
 	int nfallback;
 	struct gb_task *tasks;
 	cpu_set_t node_cpus;  /* union of all numa lines */
+	/* "depends" lines: the files the plan was made from ("?": one that
+	 * cannot be named); the plan cache checks them. */
+	char *depends[GB_TABLE_MAX_DEPENDS];
+	int ndepends;
 	/* Scratch for the task child, allocated by gb_table_parse so that the
 	 * task child never allocates: one byte per GPU for gb_result_restrict,
 	 * and the numa rule's units (see gb_rule_apply). */

@@ -224,6 +224,7 @@ func plan(request string) (*gpubind.Table, error) {
 	if err != nil {
 		return nil, err
 	}
+	tab.Depends = nc.Read
 	tab.Messages = append(notes, tab.Messages...)
 	return tab, nil
 }

@@ -19,8 +19,10 @@
  * the identity (device, inode, size, mtime, ctime) or content of each
  * file the engine reads besides: the engine itself, the boot id and
  * driver version (the discovery cache's key), the MIG layout, the
- * snapshot, slurm.conf and cgroup.conf (GPU numbering), gres.conf. A new
- * file read by the engine must be added to build_key.
+ * snapshot, slurm.conf and cgroup.conf (GPU numbering), gres.conf. The
+ * engine also names in the table ("depends" lines) every configuration
+ * file it read, included ones too; the entry keeps their identities and a
+ * hit needs them unchanged.
  */
 #include "gpubind.h"
 #include "plancache.h"
@@ -45,6 +47,7 @@
 #define PC_HDR_MAX 64
 #define PC_KEY_MAX (4 * 1024 * 1024)
 #define PC_TMP_STALE_S 600
+#define PC_DEPENDS_MAX (GB_TABLE_MAX_DEPENDS * 1400)
 
 struct buf {
 	char *p;
@@ -223,6 +226,31 @@ static int build_key(struct buf *b, const char *engine, const char *request)
 	return b->bad ? -1 : 0;
 }
 
+/*
+ * The identity of every file the table depends on ("depends" lines: the
+ * configuration the engine read, included files too). With begun set (at
+ * put), a file changed since one second before the engine started may
+ * have been read in either state: -1, do not store. "?" (a file the engine
+ * could not name) is -1 too.
+ */
+static int depends_ids(struct buf *b, const struct gb_table *t,
+		       const struct timespec *begun)
+{
+	for (int i = 0; i < t->ndepends; i++) {
+		struct stat st;
+
+		if (!strcmp(t->depends[i], "?"))
+			return -1;
+		if (begun && !stat(t->depends[i], &st) &&
+		    (st.st_ctim.tv_sec > begun->tv_sec - 1 ||
+		     (st.st_ctim.tv_sec == begun->tv_sec - 1 &&
+		      st.st_ctim.tv_nsec >= begun->tv_nsec)))
+			return -1;
+		bident(b, "depends", t->depends[i]);
+	}
+	return b->bad ? -1 : 0;
+}
+
 static uint64_t fnv1a(const char *p, size_t n)
 {
 	uint64_t h = 0xcbf29ce484222325ULL;
@@ -283,6 +311,7 @@ void gb_plancache_begin(struct gb_plancache *pc, const char *engine,
 	int rc;
 
 	memset(pc, 0, sizeof(*pc));
+	(void) clock_gettime(CLOCK_REALTIME, &pc->begun);
 	free(last_key);
 	last_key = NULL;
 	if (gb_conf.plan_cache == 0)
@@ -391,7 +420,8 @@ int gb_plancache_get(struct gb_plancache *pc, unsigned ntasks,
 		(void) close(fd);
 		return 0;
 	}
-	if ((size_t) st.st_size > PC_HDR_MAX + pc->keylen + GB_TABLE_MAX_BYTES) {
+	if ((size_t) st.st_size > PC_HDR_MAX + pc->keylen + PC_DEPENDS_MAX +
+				      GB_TABLE_MAX_BYTES) {
 		gb_info("plan cache entry %s ignored: %lld bytes, more than a plan of this key can be; the engine runs and rewrites it",
 			pc->path, (long long) st.st_size);
 		(void) close(fd);
@@ -412,7 +442,10 @@ int gb_plancache_get(struct gb_plancache *pc, unsigned ntasks,
 		free(data);
 		return 0;
 	}
-	if (kl != pc->keylen || memcmp(data + hl, pc->key, kl)) {
+	/* The stored key is ours followed by the identities of the files the
+	 * plan depends on (checked once the table names them). */
+	if (kl < pc->keylen || kl > pc->keylen + PC_DEPENDS_MAX ||
+	    memcmp(data + hl, pc->key, pc->keylen)) {
 		/* Another key with the same hash, or a stale entry. */
 		gb_debug("plan cache entry %s holds another key: miss",
 			 pc->path);
@@ -424,6 +457,22 @@ int gb_plancache_get(struct gb_plancache *pc, unsigned ntasks,
 			pc->path, err);
 		free(data);
 		return 0;
+	}
+	{
+		struct buf ids = { 0 };
+		int same = !depends_ids(&ids, t, NULL) &&
+			   ids.len == kl - pc->keylen &&
+			   !memcmp(ids.p ? ids.p : "", data + hl + pc->keylen,
+				   ids.len);
+
+		free(ids.p);
+		if (!same) {
+			gb_debug("plan cache entry %s: a file the plan was made from changed: miss",
+				 pc->path);
+			free(data);
+			gb_table_free(t);
+			return 0;
+		}
 	}
 	free(data);
 	if (t->status == GB_STATUS_ERROR || t->ntasks != (int) ntasks) {
@@ -521,15 +570,13 @@ static int write_all(int fd, const char *p, size_t n)
 	return 0;
 }
 
-void gb_plancache_put(struct gb_plancache *pc, const struct gb_table *t,
-		      unsigned ntasks, const struct gb_child_result *res,
-		      const char *text, size_t len)
+static void store(struct gb_plancache *pc, const struct gb_table *t,
+		  unsigned ntasks, const struct gb_child_result *res,
+		  const char *text, size_t len, const struct buf ids)
 {
 	char tmp[1300], hdr[PC_HDR_MAX], why[1400];
 	int fd, n, rc;
 
-	if (!pc->usable || pc->hit)
-		return;
 	/* Only clean answers are worth repeating. */
 	if (t->status == GB_STATUS_ERROR || t->ntasks != (int) ntasks ||
 	    res->timed_out || res->killed || !res->exited ||
@@ -548,7 +595,8 @@ void gb_plancache_put(struct gb_plancache *pc, const struct gb_table *t,
 		gb_info("plan cache not written: %s", why);
 		return;
 	}
-	n = snprintf(hdr, sizeof(hdr), PC_MAGIC " %zu %zu\n", pc->keylen, len);
+	n = snprintf(hdr, sizeof(hdr), PC_MAGIC " %zu %zu\n",
+		     pc->keylen + ids.len, len);
 	(void) snprintf(tmp, sizeof(tmp), "%s/.tmp-XXXXXX", pc->dir);
 	fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0) {
@@ -557,7 +605,9 @@ void gb_plancache_put(struct gb_plancache *pc, const struct gb_table *t,
 		return;
 	}
 	if (fchmod(fd, 0600) || write_all(fd, hdr, (size_t) n) ||
-	    write_all(fd, pc->key, pc->keylen) || write_all(fd, text, len)) {
+	    write_all(fd, pc->key, pc->keylen) ||
+	    write_all(fd, ids.p ? ids.p : "", ids.len) ||
+	    write_all(fd, text, len)) {
 		gb_info("plan cache not written: %s: %s", tmp, strerror(errno));
 		(void) close(fd);
 		(void) unlink(tmp);
@@ -576,4 +626,19 @@ void gb_plancache_put(struct gb_plancache *pc, const struct gb_table *t,
 		return;
 	}
 	evict(pc->dir, gb_conf.plan_cache);
+}
+
+void gb_plancache_put(struct gb_plancache *pc, const struct gb_table *t,
+		      unsigned ntasks, const struct gb_child_result *res,
+		      const char *text, size_t len)
+{
+	struct buf ids = { 0 };
+
+	if (!pc->usable || pc->hit)
+		return;
+	if (depends_ids(&ids, t, &pc->begun) || ids.len > PC_DEPENDS_MAX)
+		gb_debug("plan cache not written: a file the plan was made from changed just now, or cannot be named");
+	else
+		store(pc, t, ntasks, res, text, len, ids);
+	free(ids.p);
 }

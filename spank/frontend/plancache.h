@@ -7,6 +7,7 @@
 #define GPUBIND_PLANCACHE_H
 
 #include <stddef.h>
+#include <time.h>
 
 #define GB_PLANCACHE_DEFAULT_ENTRIES 256
 #define GB_PLANCACHE_MAX_ENTRIES 100000
@@ -20,6 +21,7 @@ struct gb_plancache {
 	char path[1200];     /* CACHE_DIR/plans/p-HASH */
 	char *key;           /* malloc'd key text (freed by _end or the next _begin) */
 	size_t keylen;
+	struct timespec begun; /* when the lookup began (before the engine ran) */
 };
 
 struct gb_table;
@@ -30,7 +32,9 @@ struct gb_child_result;
  * option, step GPUs, task count, global ids, node name, job user, step
  * environment) plus the identity of everything else the engine reads:
  * the engine file, boot id, driver version, MIG layout, the snapshot,
- * slurm.conf, cgroup.conf and gres.conf. Settings come from gb_conf
+ * slurm.conf, cgroup.conf and gres.conf. An entry also holds the identity
+ * of every file its table's "depends" lines name (included configuration
+ * files too), and a hit needs them unchanged. Settings come from gb_conf
  * (cache_dir, plan_cache=N entries, 0 = off). Never fails the step: on any problem
  * the cache is just not used (and the log says why).
  */

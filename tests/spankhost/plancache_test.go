@@ -452,3 +452,48 @@ func mustRead(t *testing.T, p string) []byte {
 	}
 	return b
 }
+
+// An entry holds the identity of every file its table depends on ("depends" lines: the
+// configuration the engine read, slurm.conf's included files too) and is used only while
+// none changed. A file changed within a second of the step may have been read in either
+// state, so that plan is not stored; "depends ?" (a file the engine could not name) is
+// never stored.
+func TestPlanCacheDependsOnTheFilesRead(t *testing.T) {
+	build(t)
+	needRoot(t)
+	dir := cacheDir(t)
+	inc := filepath.Join(t.TempDir(), "task.conf")
+	must(t, os.WriteFile(inc, []byte("TaskPlugin=task/affinity\n"), 0o644))
+	withDepends := func(dep string) string {
+		text := string(mustRead(t, tablePlan(t, 2, 0, 1)))
+		lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+		body := append(lines[1:len(lines)-1], "depends "+dep)
+		return plan(t, body...)
+	}
+	p := withDepends(inc)
+	time.Sleep(1100 * time.Millisecond) // older than the step: the plan may be stored
+	if s := pcRun(t, dir, p, 2); !s.ran {
+		t.Fatal("first step: no engine run")
+	}
+	if s := pcRun(t, dir, p, 2); !s.hit {
+		t.Fatal("the plan was not reused while its files were unchanged")
+	}
+	must(t, os.WriteFile(inc, []byte("TaskPlugin=task/cgroup\n"), 0o644))
+	if s := pcRun(t, dir, p, 2); !s.ran {
+		t.Error("a file the plan depends on changed, but the cached plan was used")
+	}
+	if s := pcRun(t, dir, p, 2); !s.ran {
+		t.Error("a plan made from a file changed a moment ago was stored")
+	}
+	time.Sleep(1100 * time.Millisecond)
+	pcRun(t, dir, p, 2)
+	if s := pcRun(t, dir, p, 2); !s.hit {
+		t.Error("no hit once the file had settled")
+	}
+	q := withDepends("?")
+	for i := 0; i < 2; i++ {
+		if s := pcRun(t, dir, q, 2); !s.ran {
+			t.Error(`"depends ?": the cached plan was used`)
+		}
+	}
+}

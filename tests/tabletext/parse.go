@@ -280,6 +280,10 @@ func parseLine(t *gpubind.Table, key, rest string, seen map[string]bool) error {
 			}
 			t.Tasks = append(t.Tasks, k)
 		}
+	case "depends":
+		if err = want(1); err == nil {
+			t.Depends = append(t.Depends, f[0])
+		}
 	default:
 		return errors.New("unknown line")
 	}
