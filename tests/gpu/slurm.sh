@@ -17,7 +17,8 @@
 #     With .gpu/old (GPUBIND_OLD_REV in slurm-bundle.sh) the scancel check also runs with the
 #     plugin before the fix, to show the failure it fixed.
 #  4. libgpuhelper under Slurm's PMIx: examples/nccl_allreduce with -n1 and -n2 (one-rank groups)
-#  5. launch cost with one core per rank: srun -n1/-n8, plugin against none, alternated; and
+#  5. launch cost with one core per rank: srun -n1/-n8/-n16, no plugin against the plugin
+#     without plan cache, a first step and a repeated step (plan cache hit), alternated; and
 #     gpuhelper_init against raw PMIx at n = 2, 8, 16
 # Everything it starts is stopped at the end and its cgroups removed. Exit status 1 on any FAIL.
 set -uo pipefail
@@ -209,6 +210,13 @@ srun -n1 --gpus=1 --gpu-bind=closest sh -c 'echo "slurm closest: CUDA_VISIBLE_DE
 echo "--- a job without GPUs"
 srun -n1 --gres=none "$work/cudaprobe" | tee "$work/nogpu.txt"
 check "a step with --gres=none sees no device" grep -q "count=0" "$work/nogpu.txt"
+echo "--- the plan cache: a repeated step shape runs no engine child"
+hits0=$(grep -c 'plan cache hit' "$work/log/slurmd.log")
+for _ in 1 2; do srun -n2 --gpus=1 --gpu-bind-topo "$work/cudaprobe" >"$work/pc.txt" 2>&1; done
+hits1=$(grep -c 'plan cache hit' "$work/log/slurmd.log")
+grep -h 'step plan took' "$work/log/slurmd.log" | tail -2
+check "the second identical step took its plan from the cache" test $((hits1 - hits0)) -ge 1
+check "a task of the cached plan still sees its GPU" grep -qiE "count=1 err=none dev0=${gpu_bus}/" "$work/pc.txt"
 leftovers "after binding steps"
 
 section "3. isolation under Slurm's cgroup v2"
@@ -325,23 +333,35 @@ fi
 section "5. launch cost, one core per rank (alternated, median of 9)"
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 steptime() { local t0 t1; t0=$(date +%s%N); srun "$@" true >/dev/null 2>&1; t1=$(date +%s%N); echo $(((t1 - t0) / 1000)); }
-for n in 1 8; do
-	: >"$work/with.$n"
-	: >"$work/none.$n"
+lastplan() { grep -h 'step plan took' "$work/log/slurmd.log" | tail -1 | sed 's/.*took \([0-9.]*\) ms.*/\1/'; }
+# Variants, alternated in every round: no plugin; the plugin with plan_cache=0 (the engine
+# child every step, as before the plan cache); the first step of a shape (plans/ emptied);
+# a repeated step (a plan cache hit).
+for n in 1 8 16; do
+	for v in none nocache first repeat; do : >"$work/t.$v.$n"; : >"$work/p.$v.$n"; done
 	for i in $(seq 0 9); do
-		echo "$plug" >"$cfg/plugstack.conf"
-		w=$(steptime -n"$n" --gpus=1 --gpu-bind-topo)
-		: >"$cfg/plugstack.conf"
-		o=$(steptime -n"$n" --gpus=1)
-		((i > 0)) && echo "$w" >>"$work/with.$n" && echo "$o" >>"$work/none.$n"
+		for v in none nocache first repeat; do
+			case $v in
+			none) : >"$cfg/plugstack.conf" ;;
+			nocache) echo "$plug plan_cache=0" >"$cfg/plugstack.conf" ;;
+			first) echo "$plug" >"$cfg/plugstack.conf" && rm -rf "$work/cache/plans" ;;
+			repeat) echo "$plug" >"$cfg/plugstack.conf" ;;
+			esac
+			if [[ $v == none ]]; then
+				t=$(steptime -n"$n" --gpus=1)
+			else
+				t=$(steptime -n"$n" --gpus=1 --gpu-bind-topo)
+			fi
+			((i > 0)) && echo "$t" >>"$work/t.$v.$n" && [[ $v != none ]] && lastplan >>"$work/p.$v.$n"
+		done
 	done
-	mw=$(median <"$work/with.$n")
-	mo=$(median <"$work/none.$n")
-	echo "LAUNCH n=$n plugin ${mw} us, none ${mo} us, ratio $(awk -v a="$mw" -v b="$mo" 'BEGIN{printf "%.3f", a/b}')"
+	mo=$(median <"$work/t.none.$n")
+	for v in nocache first repeat; do
+		mw=$(median <"$work/t.$v.$n")
+		echo "LAUNCH n=$n $v ${mw} us, none ${mo} us, ratio $(awk -v a="$mw" -v b="$mo" 'BEGIN{printf "%.3f", a/b}'), step plan took median $(median <"$work/p.$v.$n") ms"
+	done
 done
 echo "$plug" >"$cfg/plugstack.conf"
-grep -h 'step plan took' "$work/log/slurmd.log" | sed 's/.*took \([0-9.]*\) ms.*/\1/' | median |
-	sed 's/^/step plan took (median over all steps, ms): /'
 
 echo "--- gpuhelper_init against raw PMIx (bench/c), median of 7 of the slowest rank, ms"
 : >"$cfg/plugstack.conf"
