@@ -513,3 +513,63 @@ func TestExamples(t *testing.T) {
 		t.Errorf("c++ %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 }
+
+var gpuLineRe = regexp.MustCompile(`(?m)^GPU (\d+) (-?\d+) (-?\d+) (\S+) (\S+) (\S+) \| (.*)$`)
+var finLineRe = regexp.MustCompile(`(?m)^FIN (\d+) (-?\d+) ([0-9.]+) ?(.*)$`)
+
+// TestMIG (issue 15 finding 7): CUDA shows a process one MIG instance only, the first MIG entry
+// of CUDA_VISIBLE_DEVICES. With two instances for two ranks, local rank 1 must get its own
+// instance as CUDA device 0 (the library narrows CUDA_VISIBLE_DEVICES before CUDA starts), not
+// cuda_device 1, which does not exist for it. With CUDA already loaded, rank 1 fails with
+// GPUHELPER_EMIG, and its gpuhelper_finalize still meets rank 0's (no wait for the timeout).
+func TestMIG(t *testing.T) {
+	needSetup(t)
+	root := gpuFixture(t, "0000:1b:00.0")
+	base := []string{"GPUHELPER_SYSROOT=" + root, "GPUHELPER_NCCL_LIBRARY=" + stubLib, "CUDA_VISIBLE_DEVICES=MIG-aaaa,MIG-bbbb"}
+	t.Run("before CUDA", func(t *testing.T) {
+		out, err := mpirun(t, base, 2, bin("ghtest"), "gpu")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string][]string{"0": {"0", "0", "MIG-aaaa", "-", "MIG-aaaa,MIG-bbbb"}, "1": {"0", "0", "MIG-bbbb", "-", "MIG-bbbb"}}
+		lines := gpuLineRe.FindAllStringSubmatch(out, -1)
+		if len(lines) != 2 {
+			t.Fatalf("%d GPU lines, want 2:\n%s", len(lines), out)
+		}
+		for _, m := range lines {
+			if w := want[m[1]]; strings.Join(m[2:7], " ") != strings.Join(w, " ") {
+				t.Errorf("rank %s: rc cuda uuid bus CUDA_VISIBLE_DEVICES = %v, want %v (%s)", m[1], m[2:7], w, m[7])
+			}
+		}
+	})
+	t.Run("CUDA loaded first", func(t *testing.T) {
+		start := time.Now()
+		out, err := mpirun(t, append(base, "LD_PRELOAD="+fakeCuda(t), "GPUHELPER_TIMEOUT=30"), 2, bin("ghtest"), "gpu")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range gpuLineRe.FindAllStringSubmatch(out, -1) {
+			switch {
+			case m[1] == "0" && (m[2] != "0" || m[4] != "MIG-aaaa"):
+				t.Errorf("rank 0: rc %s uuid %s, want 0 MIG-aaaa (CUDA's first instance): %s", m[2], m[4], m[7])
+			case m[1] == "1" && (m[2] != "-12" || !strings.Contains(m[7], "MIG-bbbb") || !strings.Contains(m[7], "already loaded")):
+				t.Errorf("rank 1: rc %s (%s), want -12 (GPUHELPER_EMIG) naming MIG-bbbb", m[2], m[7])
+			}
+		}
+		fins := finLineRe.FindAllStringSubmatch(out, -1)
+		if len(fins) != 2 {
+			t.Fatalf("%d FIN lines, want 2:\n%s", len(fins), out)
+		}
+		for _, m := range fins {
+			if m[2] != "0" {
+				t.Errorf("rank %s: gpuhelper_finalize returned %s: %s", m[1], m[2], m[4])
+			}
+		}
+		if took := time.Since(start); took > 20*time.Second {
+			t.Errorf("took %v: rank 0's finalize waited for the timeout (30 s)", took)
+		}
+		if t.Failed() {
+			t.Logf("output:\n%s", out)
+		}
+	})
+}
