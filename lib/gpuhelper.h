@@ -34,6 +34,8 @@
  *   GPUHELPER_SCALABLE_IDS   default count for gpuhelper_scalable_count (default ceil(size/128))
  *   GPUHELPER_NCCL_ID        "init" (default) or "lazy": rank 0 makes no world ID during
  *                            gpuhelper_init, the first gpuhelper_nccl_id does (since 1.1)
+ *   GPUHELPER_PMIX_LIBRARY   the PMIx client library, dlopen'ed by gpuhelper_init (default
+ *                            libpmix.so.2); without one, a singleton still works (since 1.2)
  */
 #ifndef GPUHELPER_H
 #define GPUHELPER_H

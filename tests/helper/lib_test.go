@@ -573,3 +573,80 @@ func TestMIG(t *testing.T) {
 		}
 	})
 }
+
+// pmixFiles returns the real files of every libpmix.so.2 the loader could find: the one
+// pkg-config names and those in the loader's cache.
+func pmixFiles(t *testing.T) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	var out []string
+	add := func(p string) {
+		if r, err := filepath.EvalSymlinks(p); err == nil && !seen[r] {
+			seen[r] = true
+			out = append(out, r)
+		}
+	}
+	if d, err := exec.Command("pkg-config", "--variable=libdir", "pmix").Output(); err == nil {
+		add(filepath.Join(strings.TrimSpace(string(d)), "libpmix.so.2"))
+	}
+	if c, err := exec.Command("ldconfig", "-p").Output(); err == nil {
+		for _, l := range strings.Split(string(c), "\n") {
+			if _, p, ok := strings.Cut(l, "=> "); ok && strings.Contains(l, "libpmix.so.2") {
+				add(strings.TrimSpace(p))
+			}
+		}
+	}
+	return out
+}
+
+// TestNoPMIxLibrary (issue 15 LOW): libpmix.so.2 is loaded with dlopen, not a DT_NEEDED, so a
+// singleton runs on a host without PMIx. The test hides every libpmix.so.2 (/dev/null bound
+// over each file in a private mount namespace) and runs hello as a singleton; under a
+// launcher's environment of several processes the message says that PMIx is missing.
+func TestNoPMIxLibrary(t *testing.T) {
+	needSetup(t)
+	out, err := exec.Command("readelf", "-d", filepath.Join(libBuild, "libgpuhelper.so.1")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("readelf: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "libpmix") && strings.Contains(string(out), "NEEDED") {
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "NEEDED") && strings.Contains(l, "libpmix") {
+				t.Errorf("libgpuhelper.so.1 needs libpmix at load time: %s", strings.TrimSpace(l))
+			}
+		}
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("hiding libpmix needs root (a private mount namespace)")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare (util-linux) not installed")
+	}
+	files := pmixFiles(t)
+	if len(files) == 0 {
+		t.Fatal("no libpmix.so.2 found to hide")
+	}
+	script := "set -e; "
+	for _, f := range files {
+		script += "mount --bind /dev/null '" + f + "'; "
+	}
+	run := func(env []string, args ...string) (string, error) {
+		return launch(t, cleanEnv(os.Environ(), env...), time.Minute, "unshare",
+			append([]string{"-m", "--propagation", "private", "sh", "-c", script + `exec "$@"`, "sh"}, args...)...)
+	}
+	// The hiding works: a program that needs libpmix does not start.
+	if out, err := run(nil, bin("nodeid")); err == nil {
+		t.Fatalf("nodeid (linked with libpmix) ran with libpmix hidden:\n%s", out)
+	}
+	out2, err := run([]string{noNCCL}, bin("hello"))
+	if err != nil {
+		t.Fatalf("hello as a singleton without libpmix: %v", err)
+	}
+	if !strings.Contains(out2, "hello: rank 0/1") {
+		t.Errorf("hello without libpmix:\n%s", out2)
+	}
+	out3, _ := run([]string{"GPUHELPER_NCCL_LIBRARY=" + stubLib, "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=0"}, bin("ghtest"), "expect", "-2")
+	if !strings.Contains(out3, "OK 0 rc -2") || !strings.Contains(out3, "libpmix") {
+		t.Errorf("2 processes without libpmix: want GPUHELPER_ENOSERVER naming libpmix:\n%s", out3)
+	}
+}
