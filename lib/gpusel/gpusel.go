@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -52,24 +51,45 @@ type GPU struct {
 	Minor int    // device minor (/dev/nvidiaN), -1 if unknown
 }
 
-var busRE = regexp.MustCompile(`^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$`)
-
 // NormalizeBusID turns NVML ("00000000:3B:00.0"), sysfs ("0000:3b:00.0") and short
-// ("3b:00.0") forms into the sysfs form.
+// ("3b:00.0") forms into the sysfs form. (Parsed by hand: a package-level regexp costs the
+// library's every process its compilation at load time.)
 func NormalizeBusID(s string) (string, error) {
-	m := busRE.FindStringSubmatch(strings.TrimSpace(s))
-	if m == nil {
-		return "", fmt.Errorf("PCI bus id %q, expected DOMAIN:BUS:DEVICE.FUNCTION like 0000:1b:00.0", s)
-	}
-	dom := uint64(0)
-	if m[1] != "" {
-		d, err := strconv.ParseUint(m[1], 16, 32)
-		if err != nil || d > 0xffff {
-			return "", fmt.Errorf("PCI bus id %q: domain out of range", s)
+	bad := fmt.Errorf("PCI bus id %q, expected DOMAIN:BUS:DEVICE.FUNCTION like 0000:1b:00.0", s)
+	t := strings.TrimSpace(s)
+	hex := func(f string, min, max int) bool {
+		if len(f) < min || len(f) > max {
+			return false
 		}
-		dom = d
+		for _, c := range f {
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+				return false
+			}
+		}
+		return true
 	}
-	return strings.ToLower(fmt.Sprintf("%04x:%s:%s.%s", dom, m[2], m[3], m[4])), nil
+	parts := strings.Split(t, ":")
+	dom := "0"
+	switch len(parts) {
+	case 3:
+		dom = parts[0]
+		if !hex(dom, 4, 8) {
+			return "", bad
+		}
+		parts = parts[1:]
+	case 2:
+	default:
+		return "", bad
+	}
+	dev, fn, ok := strings.Cut(parts[1], ".")
+	if !ok || !hex(parts[0], 2, 2) || !hex(dev, 2, 2) || len(fn) != 1 || fn[0] < '0' || fn[0] > '7' {
+		return "", bad
+	}
+	d, err := strconv.ParseUint(dom, 16, 32)
+	if err != nil || d > 0xffff {
+		return "", fmt.Errorf("PCI bus id %q: domain out of range", s)
+	}
+	return strings.ToLower(fmt.Sprintf("%04x:%s:%s.%s", d, parts[0], dev, fn)), nil
 }
 
 // Choose picks the GPU for a process.
