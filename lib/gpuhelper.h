@@ -34,6 +34,8 @@
  *   GPUHELPER_SCALABLE_IDS   default count for gpuhelper_scalable_count (default ceil(size/128))
  *   GPUHELPER_NCCL_ID        "init" (default) or "lazy": rank 0 makes no world ID during
  *                            gpuhelper_init, the first gpuhelper_nccl_id does (since 1.1)
+ *   GPUHELPER_PMIX_LIBRARY   the PMIx client library, dlopen'ed by gpuhelper_init (default
+ *                            libpmix.so.2); without one, a singleton still works (since 1.2)
  */
 #ifndef GPUHELPER_H
 #define GPUHELPER_H
@@ -45,7 +47,7 @@ extern "C" {
 #endif
 
 #define GPUHELPER_VERSION_MAJOR 1
-#define GPUHELPER_VERSION_MINOR 1
+#define GPUHELPER_VERSION_MINOR 2
 #define GPUHELPER_VERSION_PATCH 0
 
 /* Size of an ncclUniqueId (NCCL_UNIQUE_ID_BYTES). */
@@ -66,6 +68,8 @@ extern "C" {
 #define GPUHELPER_EENV (-9)      /* a GPUHELPER_* variable is malformed */
 #define GPUHELPER_EINTERNAL (-10) /* internal error (a bug: please report the message) */
 #define GPUHELPER_EFINALIZED (-11) /* gpuhelper_init after PMIx was released (since 1.1) */
+#define GPUHELPER_EMIG (-12)     /* this rank's MIG instance cannot be made its CUDA device 0:
+                                    CUDA was loaded before gpuhelper_init (since 1.2) */
 
 /* gpuhelper_info_t.flags: nccl_id holds the world ID (rank 0 created it during gpuhelper_init). */
 #define GPUHELPER_INFO_NCCL_ID 0x1ULL
@@ -105,12 +109,28 @@ typedef struct gpuhelper_info {
  * thread) return the same answer without talking to PMIx again. Returns 0 or GPUHELPER_E...;
  * rank 0 dying before it publishes the ID makes the others return GPUHELPER_ETIMEOUT.
  *
+ * When it fails (since 1.2): a rank should end the job with gpuhelper_abort, or call
+ * gpuhelper_finalize before it exits; once init had reached the PMIx server, finalize still
+ * joins the other ranks' final barrier, so they do not wait for this rank until their timeout.
+ * The other calls return GPUHELPER_ENOTINIT. Calling gpuhelper_init again returns the same
+ * error, except after GPUHELPER_ETIMEOUT, which it retries: the retry is the same exchange, so
+ * it still meets a slow rank 0.
+ *
  * GPU choice: the gpubind plugin's GPUBIND_* variables when set (cuda_device 0 of the
  * CUDA_VISIBLE_DEVICES it set); otherwise local_rank modulo the GPUs CUDA_VISIBLE_DEVICES lets
- * the process see, in PCI bus id order. Before the first call, when CUDA_DEVICE_ORDER is unset
- * and libcuda is not loaded yet, it sets CUDA_DEVICE_ORDER=PCI_BUS_ID so that CUDA numbers GPUs
- * in that order too. If CUDA was initialised earlier or another order was asked for,
- * cudaDeviceGetByPCIBusId(&dev, info.pci_bus_id) is the safe way to find the device.
+ * the process see, in PCI bus id order. Only GPUs the process can use count, as in CUDA: bound
+ * to the nvidia driver, and /dev/nvidiaN readable and writable (so the device cgroup of Slurm's
+ * ConstrainDevices, and containers, are respected; Slurm's indices 0..k-1 count those GPUs).
+ * Before the first call, when CUDA_DEVICE_ORDER is unset and libcuda is not loaded yet, it sets
+ * CUDA_DEVICE_ORDER=PCI_BUS_ID so that CUDA numbers GPUs in that order too. If CUDA was
+ * initialised earlier or another order was asked for, cudaDeviceGetByPCIBusId(&dev,
+ * info.pci_bus_id) is the safe way to find the device. pci_bus_id is "" when unknown (a MIG
+ * instance, or sysfs unreadable): then use cuda_device.
+ * MIG (since 1.2): CUDA shows a process one MIG instance only. When the rank's choice is a MIG
+ * instance named in CUDA_VISIBLE_DEVICES (MIG-... entries), gpuhelper_init sets
+ * CUDA_VISIBLE_DEVICES to that instance alone and reports cuda_device 0 and its MIG UUID in
+ * gpu_uuid; if libcuda is already loaded and the instance is not CUDA's first, it returns
+ * GPUHELPER_EMIG instead.
  * Without a PMIx server, a single process (rank 0 of 1) still works.
  */
 int gpuhelper_init(gpuhelper_info_t *info);
@@ -119,10 +139,12 @@ int gpuhelper_init(gpuhelper_info_t *info);
  * releases PMIx. Collective: a root must not exit while others may still be fetching its IDs
  * (under Slurm they are served from the root's node, which goes away with its last task).
  * Call it once, when the process is done with the library: a PMIx client cannot initialise
- * twice, so a later gpuhelper_init returns GPUHELPER_EFINALIZED (so it does after an init that
- * failed once it had reached the PMIx server), and the calls that need init return
- * GPUHELPER_ENOTINIT. Returns 0 when not initialised; after GPUHELPER_ETIMEOUT the library is
- * finalized all the same. */
+ * twice, so a later gpuhelper_init returns GPUHELPER_EFINALIZED, and the calls that need init
+ * return GPUHELPER_ENOTINIT. After a failed gpuhelper_init that had reached the PMIx server it
+ * joins the barrier all the same (since 1.2; 1.1 returned 0 at once and the others waited out
+ * their timeout). Returns 0 when not initialised; after GPUHELPER_ETIMEOUT the library is
+ * finalized all the same. The barrier fences with PMIX_COLLECT_DATA only for a job on several
+ * nodes (under Slurm, a fence without it does not wait for the other nodes). */
 int gpuhelper_finalize(void);
 
 /*
@@ -223,6 +245,16 @@ int gpuhelper_group_id(int color, gpuhelper_group_t *group);
  * every value until gpuhelper_finalize: use NCCL for bulk data. Collective: every rank calls
  * them, in the same order as the other collective calls. Need gpuhelper_init. Waits are bounded
  * by GPUHELPER_TIMEOUT (GPUHELPER_ETIMEOUT).
+ *
+ * Retry after GPUHELPER_ETIMEOUT (since 1.2; gpuhelper_init, gpuhelper_nccl_id,
+ * gpuhelper_scalable_ids, gpuhelper_group_id, gpuhelper_bcast, gpuhelper_allgather): when
+ * another rank's data did not come in time, calling the same function again with the same
+ * arguments, before any other collective call, continues the same exchange (what this rank
+ * published is not published again), so it still meets a slow rank. Any other collective call
+ * moves on in step with the ranks that completed the timed-out one. A barrier (a fence) that
+ * timed out cannot be retried: the ranks are out of step, end the job (gpuhelper_abort).
+ * Failures other than timeouts (bad arguments are refused before anything is exchanged; no
+ * NCCL on a root, sizes that differ) happen alike on every rank involved.
  */
 #define GPUHELPER_COLL_MAX_BYTES (16 * 1024 * 1024)
 

@@ -4,9 +4,21 @@
 package main
 
 /*
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 #include "gpuhelper.h"
+
+// gh_cuda_loaded: whether libcuda is in the process already (it reads CUDA_VISIBLE_DEVICES
+// once, when initialised).
+static int gh_cuda_loaded(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (h == NULL)
+        return 0;
+    dlclose(h);
+    return 1;
+}
 */
 import "C"
 
@@ -29,7 +41,7 @@ func main() {}
 
 // Version is the library version; it must match GPUHELPER_VERSION_* in gpuhelper.h (checked by
 // the tests).
-const Version = "1.1.0"
+const Version = "1.2.0"
 
 // DefaultTimeout is how long a rank waits for another rank's data unless GPUHELPER_TIMEOUT says
 // otherwise: generous, because rank 0 may spend a long time starting CUDA before it publishes.
@@ -146,6 +158,8 @@ var state struct {
 	origin ncclid.Origin  // the NCCL that made id on rank 0
 	userFn unsafe.Pointer // from gpuhelper_set_nccl_get_unique_id
 	libs   map[string]*ncclid.Library
+	// failed is an init that failed after reaching the PMIx server (see failedInit).
+	failed *failedInit
 	// released says why PMIx was released in this process (gpuhelper_finalize, or an init
 	// that failed after connecting): a PMIx client cannot initialise again (PMIx 4.2 then
 	// answers NOT-FOUND for its own job data), so init refuses from then on.
@@ -209,6 +223,29 @@ func newID(name string) ncclid.Generator {
 	}
 }
 
+// failedInit is a gpuhelper_init that failed after it had reached the PMIx server. The session
+// is kept, not released: gpuhelper_finalize still joins the other ranks' final barrier (they
+// would wait for this rank until their timeout otherwise), and gpuhelper_abort still ends the
+// job through PMIx. A later gpuhelper_init returns the same error, except after a timeout in
+// the NCCL ID exchange, which it retries (the same collective, so it still meets the others).
+type failedInit struct {
+	kv    pmixkv.KV
+	cfg   config
+	info  pmixkv.Info
+	gpu   gpusel.Choice
+	err   error
+	retry bool
+}
+
+// fail records a failed init and returns its error.
+func fail(f *failedInit) error {
+	state.failed = f
+	if a, ok := f.kv.(pmixkv.Aborter); ok {
+		aborter.Store(&a)
+	}
+	return f.err
+}
+
 func initLocked() error {
 	if state.kv != nil {
 		return nil
@@ -218,25 +255,44 @@ func initLocked() error {
 			"process (%s), and a PMIx client cannot initialise twice: call gpuhelper_init once, and "+
 			"gpuhelper_finalize only when the process is done with the library", state.released))
 	}
-	cfg, err := readConfig()
-	if err != nil {
-		return err
+	if f := state.failed; f != nil {
+		if !f.retry {
+			return withCode(code(f.err), fmt.Errorf("gpuhelper_init failed before in this process and cannot "+
+				"succeed now (call gpuhelper_finalize or gpuhelper_abort): %w", f.err))
+		}
+		state.failed = nil
+		return worldID(f.kv, f.cfg, f.info, f.gpu)
 	}
+	// PMIx first: a rank that fails below is then connected, and its gpuhelper_finalize can
+	// meet the others'.
 	kv, err := pmixkv.Open(pmixkv.Options{Getenv: getenv})
 	if err != nil {
 		return err
 	}
 	info := kv.Info()
+	cfg, err := readConfig()
+	if err != nil {
+		cfg.timeout = DefaultTimeout
+		return fail(&failedInit{kv: kv, cfg: cfg, info: info, err: err})
+	}
 	gpu, err := gpusel.Choose(gpusel.Input{LookupEnv: lookupEnv, Root: getenv("GPUHELPER_SYSROOT"), LocalRank: info.LocalRank})
 	if err != nil {
-		release(kv, "gpuhelper_init failed choosing the GPU")
-		return withCode(C.GPUHELPER_EGPU, err)
+		return fail(&failedInit{kv: kv, cfg: cfg, info: info, err: withCode(C.GPUHELPER_EGPU, err)})
 	}
+	if err := isolateMIG(gpu, info.LocalRank); err != nil {
+		return fail(&failedInit{kv: kv, cfg: cfg, info: info, err: err})
+	}
+	return worldID(kv, cfg, info, gpu)
+}
+
+// worldID is the collective part of init: the world NCCL ID.
+func worldID(kv pmixkv.KV, cfg config, info pmixkv.Info, gpu gpusel.Choice) error {
 	if state.ex == nil {
 		state.ex = &ncclid.Exchanger{}
 	}
 	state.ex.KV, state.ex.Mode, state.ex.Timeout, state.ex.NewID = kv, cfg.mode, cfg.timeout, newID(cfg.library)
 	state.ex.Getenv, state.ex.Local = getenv, localOrigin(cfg.library)
+	state.ex.BarrierCollect = barrierCollect(info)
 	// The world ID is made here, so that programs that read info.nccl_id after init (every 1.0
 	// program) keep working. Failing to make it is not fatal: every rank learns of it from the
 	// root in the same exchange, so all agree that there is no ID, and gpuhelper_nccl_id can try
@@ -249,14 +305,50 @@ func initLocked() error {
 	id, origin, idErr := state.ex.WorldOrigin()
 	state.ex.NewID = newID(cfg.library)
 	if idErr != nil && !isNCCL(idErr) {
-		release(kv, "gpuhelper_init failed getting the NCCL ID")
-		return idErr
+		return fail(&failedInit{kv: kv, cfg: cfg, info: info, gpu: gpu, err: idErr, retry: errors.Is(idErr, pmixkv.ErrTimeout)})
 	}
 	state.kv, state.cfg, state.info, state.gpu, state.id, state.idErr = kv, cfg, info, gpu, id, idErr
 	if a, ok := kv.(pmixkv.Aborter); ok {
 		aborter.Store(&a)
 	}
 	state.origin = origin
+	return nil
+}
+
+// barrierCollect says whether a barrier (gpuhelper_barrier, gpuhelper_finalize) must fence with
+// PMIX_COLLECT_DATA. On one node a plain fence waits for every rank. Across nodes, under
+// Slurm's mpi/pmix (22.05 and 26.05 measured; SLURM_PMIX_FENCE_BARRIER makes no difference), a
+// fence without it returns on each node as soon as that node's ranks are in: no barrier. Other
+// servers were not measured across nodes here, so they collect too. Collecting copies every
+// rank's committed data to every node: the cost of a barrier that holds.
+func barrierCollect(info pmixkv.Info) bool { return info.NumNodes > 1 }
+
+// isolateMIG gives a process whose choice is a MIG instance that instance alone: CUDA shows a
+// process one MIG instance only, the first MIG entry of CUDA_VISIBLE_DEVICES, so with
+// "MIG-a,MIG-b" every local rank would get MIG-a (and cuda_device 1 would not exist). Before
+// CUDA starts, CUDA_VISIBLE_DEVICES is narrowed to the rank's instance (cuda_device 0); once
+// CUDA runs that is too late, and a rank whose instance is not CUDA's first fails.
+func isolateMIG(gpu gpusel.Choice, localRank int) error {
+	if gpu.MIG == "" || gpu.MIGFirst {
+		return nil
+	}
+	cvd := getenv("CUDA_VISIBLE_DEVICES")
+	if strings.TrimSpace(cvd) == gpu.MIG {
+		return nil
+	}
+	if C.gh_cuda_loaded() != 0 {
+		return withCode(C.GPUHELPER_EMIG, fmt.Errorf("local rank %d would use MIG instance %s of CUDA_VISIBLE_DEVICES=%q, "+
+			"but CUDA shows a process only one MIG instance (the first MIG entry) and it is already loaded, "+
+			"so the library cannot narrow CUDA_VISIBLE_DEVICES to that instance: call gpuhelper_init before "+
+			"CUDA starts, or launch each rank with its own instance (e.g. srun --gres=gpu:1 per task, or "+
+			"CUDA_VISIBLE_DEVICES=MIG-... per rank)", localRank, gpu.MIG, cvd))
+	}
+	cn, cv := C.CString("CUDA_VISIBLE_DEVICES"), C.CString(gpu.MIG)
+	defer C.free(unsafe.Pointer(cn))
+	defer C.free(unsafe.Pointer(cv))
+	if C.setenv(cn, cv, 1) != 0 {
+		return withCode(C.GPUHELPER_EMIG, fmt.Errorf("local rank %d: setenv CUDA_VISIBLE_DEVICES=%s (its MIG instance) failed", localRank, gpu.MIG))
+	}
 	return nil
 }
 
@@ -317,13 +409,15 @@ func ghGoInit(info *C.gpuhelper_info_t, needID C.int, buf *C.char, n C.size_t) (
 		return report(err, buf, n)
 	}
 	if needID != 0 && state.idErr != nil {
+		err := fmt.Errorf("%w (this program was built against the 1.0 header, where "+
+			"gpuhelper_init needs the NCCL ID; rebuild against 1.1 to run without NCCL)", state.idErr)
 		if fresh {
-			// As 1.0 did: a failed init leaves the library uninitialised (PMIx finalized).
-			release(state.kv, "gpuhelper_init failed: no NCCL ID for a 1.0 program")
+			// As 1.0 did: a failed init leaves the library uninitialised; the session is
+			// kept for gpuhelper_finalize only.
+			fail(&failedInit{kv: state.kv, cfg: state.cfg, info: state.info, gpu: state.gpu, err: err})
 			state.kv = nil
 		}
-		return report(fmt.Errorf("%w (this program was built against the 1.0 header, where "+
-			"gpuhelper_init needs the NCCL ID; rebuild against 1.1 to run without NCCL)", state.idErr), buf, n)
+		return report(err, buf, n)
 	}
 	fill(info)
 	return 0
@@ -382,23 +476,46 @@ func ghGoFinalize(buf *C.char, n C.size_t) (rc C.int) {
 	defer guard(&rc, buf, n)
 	state.mu.Lock()
 	defer state.mu.Unlock()
-	if state.kv == nil {
+	kv, cfg, info := state.kv, state.cfg, state.info
+	if kv == nil && state.failed != nil {
+		// A rank whose init failed joins the final barrier too, so that the others do not
+		// wait for it until their timeout.
+		kv, cfg, info = state.failed.kv, state.failed.cfg, state.failed.info
+	}
+	if kv == nil {
 		return 0
 	}
 	// A barrier first: a root must not leave while others may still fetch its IDs from its
 	// node's PMIx server (under Slurm that server goes away with the node's last task).
-	// With data collection: Slurm 22.05's mpi/pmix completes a fence without
-	// PMIX_COLLECT_DATA on each node by itself, so only a collecting fence waits for the
-	// other nodes (a 2-node root left before the others had its ID, 2 runs in 4).
-	err := state.kv.Fence(true, state.cfg.timeout)
+	// Collecting across nodes (barrierCollect): under Slurm a fence without PMIX_COLLECT_DATA
+	// does not wait for the other nodes (a 2-node root left before the others had its ID, 2
+	// runs in 4).
+	err := kv.Fence(barrierCollect(info), cfg.timeout)
 	if err != nil {
 		err = fmt.Errorf("gpuhelper_finalize: waiting for the other ranks: %w", err)
 	}
-	if cerr := release(state.kv, "gpuhelper_finalize was called"); err == nil {
+	if cerr := release(kv, "gpuhelper_finalize was called"); err == nil {
 		err = cerr
 	}
-	state.kv = nil
+	state.kv, state.failed = nil, nil
 	return report(err, buf, n)
+}
+
+// ghGoReleaseFailed runs at process exit (atexit, registered after a failed init): the session
+// of a failed init that gpuhelper_finalize did not end is released without a barrier. It does
+// not wait for state.mu: a thread may still sit in a call when the process exits.
+//
+//export ghGoReleaseFailed
+func ghGoReleaseFailed() {
+	defer func() { _ = recover() }()
+	if !state.mu.TryLock() {
+		return
+	}
+	defer state.mu.Unlock()
+	if f := state.failed; f != nil && state.kv == nil {
+		release(f.kv, "the process exited after a failed gpuhelper_init")
+		state.failed = nil
+	}
 }
 
 //export ghGoSetNcclFn
@@ -411,6 +528,10 @@ func ghGoSetNcclFn(fn unsafe.Pointer, buf *C.char, n C.size_t) (rc C.int) {
 }
 
 func needInit() error {
+	if state.kv == nil && state.failed != nil {
+		return withCode(C.GPUHELPER_ENOTINIT, fmt.Errorf("gpuhelper_init failed (%v): only gpuhelper_finalize "+
+			"and gpuhelper_abort work after that", state.failed.err))
+	}
 	if state.kv == nil {
 		return withCode(C.GPUHELPER_ENOTINIT, errors.New("call gpuhelper_init first (and not after gpuhelper_finalize)"))
 	}

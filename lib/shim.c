@@ -147,6 +147,21 @@ static void gh_set_cuda_order(void)
         gh_fail(0, "setenv CUDA_DEVICE_ORDER failed; cuda_device may not match pci_bus_id");
 }
 
+/* A failed gpuhelper_init keeps its PMIx session for gpuhelper_finalize (which then joins the
+ * other ranks' final barrier). A program that exits without calling it, as programs written for
+ * 1.0 and 1.1 do after a failure, must still leave PMIx properly (mpirun reports a process that
+ * initialised PMIx and exits without finalizing as an error): at exit, the session of a failed
+ * init is released, without a barrier. */
+static pthread_once_t gh_exit_once = PTHREAD_ONCE_INIT;
+
+static void gh_at_exit(void)
+{
+    if (!gh_forked())
+        ghGoReleaseFailed();
+}
+
+static void gh_register_exit(void) { (void)atexit(gh_at_exit); }
+
 GH_EXPORT int gpuhelper_init(gpuhelper_info_t *info)
 {
     gpuhelper_info_t tmp;
@@ -169,8 +184,10 @@ GH_EXPORT int gpuhelper_init(gpuhelper_info_t *info)
     memset(&tmp, 0, sizeof(tmp));
     /* A 1.0 caller has no flags field to learn that nccl_id is missing: it needs the ID. */
     rc = ghGoInit(&tmp, size < offsetof(gpuhelper_info_t, flags) + sizeof(tmp.flags), GH_ERR);
-    if (rc != 0)
+    if (rc != 0) {
+        (void)pthread_once(&gh_exit_once, gh_register_exit);
         return rc;
+    }
     /* A caller built against an older header passes a smaller struct, one built against a newer
      * header a larger one: fill the fields both know, leave the caller's others alone. */
     memcpy(info, &tmp, gh_min(size, sizeof(tmp)));
@@ -304,6 +321,7 @@ GH_EXPORT const char *gpuhelper_strerror(int err)
     case GPUHELPER_EENV: return "GPUHELPER_EENV: a GPUHELPER_* environment variable is malformed";
     case GPUHELPER_EINTERNAL: return "GPUHELPER_EINTERNAL: internal error";
     case GPUHELPER_EFINALIZED: return "GPUHELPER_EFINALIZED: gpuhelper_init after PMIx was released (gpuhelper_finalize): a process initialises once";
+    case GPUHELPER_EMIG: return "GPUHELPER_EMIG: this rank's MIG instance cannot be its CUDA device (CUDA was loaded before gpuhelper_init)";
     }
     return "GPUHELPER_E?: unknown error code";
 }

@@ -17,21 +17,25 @@ const MaxCollBytes = 16 << 20
 // ErrSize marks a collective whose ranks disagree on the data's size.
 var ErrSize = errors.New("ranks disagree on the data size")
 
-// Barrier returns when every rank has entered it (a collecting fence: under Slurm 22.05 a
-// fence without data collection completes on each node by itself).
+// Barrier returns when every rank has entered it: a fence, collecting data only where the
+// server needs that for a fence to wait for the other nodes (BarrierCollect).
 func (e *Exchanger) Barrier() error {
-	e.next()
-	if err := e.KV.Fence(true, e.Timeout); err != nil {
-		return fmt.Errorf("ncclid: barrier: %w", err)
-	}
-	return nil
+	e.end(e.begin("barrier"), nil)
+	return e.fence(e.BarrierCollect, "barrier")
 }
 
 // Bcast returns root's data on every rank; each rank passes the size it expects (n), and root
 // its data. A size that differs from root's is an error matching ErrSize on that rank.
 func (e *Exchanger) Bcast(root int, data []byte, n int) ([]byte, error) {
+	c := e.begin(fmt.Sprintf("bcast %d %d", root, n))
+	v, err := e.bcast(c, root, data, n)
+	e.end(c, err)
+	return v, err
+}
+
+func (e *Exchanger) bcast(c *coll, root int, data []byte, n int) ([]byte, error) {
 	in := e.KV.Info()
-	seq := e.next()
+	seq := c.seq
 	if root < 0 || root >= in.Size {
 		return nil, fmt.Errorf("ncclid: bcast root %d, expected 0..%d", root, in.Size-1)
 	}
@@ -64,20 +68,32 @@ func (e *Exchanger) Bcast(root int, data []byte, n int) ([]byte, error) {
 // Allgather returns every rank's data, in rank order; all ranks pass the same size. A rank
 // whose data has another size makes the ranks that read it fail with ErrSize.
 func (e *Exchanger) Allgather(data []byte) ([][]byte, error) {
+	c := e.begin(fmt.Sprintf("allgather %d", len(data)))
+	v, err := e.allgather(c, data)
+	e.end(c, err)
+	return v, err
+}
+
+func (e *Exchanger) allgather(c *coll, data []byte) ([][]byte, error) {
 	in := e.KV.Info()
-	seq := e.next()
 	if len(data) > MaxCollBytes {
 		return nil, fmt.Errorf("ncclid: allgather of %d bytes per rank, expected at most %d", len(data), MaxCollBytes)
 	}
-	key := fmt.Sprintf("gpubind.allgather.%d", seq)
-	if err := e.KV.Put(key, data); err != nil {
-		return nil, err
+	key := fmt.Sprintf("gpubind.allgather.%d", c.seq)
+	if !c.published {
+		if err := e.KV.Put(key, data); err != nil {
+			return nil, err
+		}
+		if err := e.KV.Commit(); err != nil {
+			return nil, err
+		}
+		c.published = true
 	}
-	if err := e.KV.Commit(); err != nil {
-		return nil, err
-	}
-	if err := e.KV.Fence(true, e.Timeout); err != nil {
-		return nil, fmt.Errorf("ncclid: allgather: fence: %w", err)
+	if !c.fenced {
+		if err := e.fence(true, "allgather: fence"); err != nil {
+			return nil, err
+		}
+		c.fenced = true
 	}
 	out := make([][]byte, in.Size)
 	for r := range out {

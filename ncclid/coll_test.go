@@ -1,9 +1,13 @@
 package ncclid
 
 import (
+	"sync/atomic"
+	"time"
+
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/gpubind/gpubind/pmixkv"
 	"strings"
 	"testing"
 )
@@ -57,5 +61,106 @@ func TestCollectiveSizeErrors(t *testing.T) {
 	_, err = newJobErrs(t, 2, func(e *Exchanger) error { _, err := e.Bcast(2, nil, 0); return err })
 	if err[0] == nil || !strings.Contains(err[0].Error(), "bcast root 2, expected 0..1") {
 		t.Errorf("bad root: %v", err)
+	}
+}
+
+// Issue 15 LOW: fences collect data only where the data is needed. Barrier collects only when
+// BarrierCollect says the server needs it (Slurm); allgather's fence always collects.
+func TestBarrierCollect(t *testing.T) {
+	for _, collect := range []bool{false, true} {
+		job, err := pmixkv.NewMemJob(2, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 2)
+		for r := 0; r < 2; r++ {
+			e := &Exchanger{KV: job.Rank(r), Timeout: 5 * time.Second, BarrierCollect: collect}
+			go func() { errs <- e.Barrier() }()
+		}
+		for i := 0; i < 2; i++ {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := 0
+		if collect {
+			want = 2
+		}
+		if job.Fences() != 2 || job.CollectingFences() != want {
+			t.Errorf("BarrierCollect %v: %d fences, %d collecting; want 2, %d", collect, job.Fences(), job.CollectingFences(), want)
+		}
+	}
+}
+
+// Issue 15 LOW: a collective that timed out on one rank can be retried and still meets the
+// others (same key, nothing published twice); any other call moves on in step with them.
+func TestRetryAfterTimeout(t *testing.T) {
+	job, err := pmixkv.NewMemJob(2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var made [2]atomic.Int32
+	ex := make([]*Exchanger, 2)
+	for r := range ex {
+		r := r
+		ex[r] = &Exchanger{KV: job.Rank(r), Timeout: 100 * time.Millisecond, NewID: func() (ID, error) {
+			var id ID
+			id[0], id[1] = byte(r), byte(made[r].Add(1))
+			return id, nil
+		}}
+	}
+	both := func(f0, f1 func() error) (error, error) {
+		var e0, e1 error
+		done := make(chan bool)
+		go func() { e0 = f0(); done <- true }()
+		e1 = f1()
+		<-done
+		return e0, e1
+	}
+	// The world ID: rank 1 gives up before rank 0 publishes, then retries.
+	if _, err := ex[1].World(); !errors.Is(err, pmixkv.ErrTimeout) {
+		t.Fatalf("rank 1 alone: %v, want a timeout", err)
+	}
+	id0, err := ex[0].World()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id1, err := ex[1].World()
+	if err != nil || id1 != id0 {
+		t.Fatalf("retry: %v, %v; want rank 0's ID %v", id1, err, id0)
+	}
+	// Scalable with both ranks roots: rank 1 publishes, times out on rank 0's, retries without
+	// making a second ID.
+	if _, err := ex[1].Scalable(2); !errors.Is(err, pmixkv.ErrTimeout) {
+		t.Fatalf("scalable, rank 1 alone: %v", err)
+	}
+	var s0, s1 []ID
+	e0, e1 := both(func() (err error) { s0, err = ex[0].Scalable(2); return }, func() (err error) { s1, err = ex[1].Scalable(2); return })
+	if e0 != nil || e1 != nil || len(s0) != 2 || s0[0] != s1[0] || s0[1] != s1[1] || made[1].Load() != 1 {
+		t.Fatalf("scalable retry: %v %v, %v %v, rank 1 made %d IDs (want 1)", s0, e0, s1, e1, made[1].Load())
+	}
+	// Bcast: rank 1 times out; instead of retrying it moves on to a barrier, as rank 0 does
+	// after its bcast: the sequence stays in step, and the next bcast matches.
+	if _, err := ex[1].Bcast(0, nil, 3); !errors.Is(err, pmixkv.ErrTimeout) {
+		t.Fatalf("bcast, rank 1 alone: %v", err)
+	}
+	if _, err := ex[0].Bcast(0, []byte("one"), 3); err != nil {
+		t.Fatal(err)
+	}
+	ex[0].Timeout, ex[1].Timeout = 5*time.Second, 5*time.Second
+	if e0, e1 := both(ex[0].Barrier, ex[1].Barrier); e0 != nil || e1 != nil {
+		t.Fatal(e0, e1)
+	}
+	var b []byte
+	e0, e1 = both(func() error { _, err := ex[0].Bcast(0, []byte("two"), 3); return err }, func() (err error) { b, err = ex[1].Bcast(0, nil, 3); return })
+	if e0 != nil || e1 != nil || string(b) != "two" {
+		t.Fatalf("bcast after moving on: %q, %v %v; want \"two\"", b, e0, e1)
+	}
+	// Allgather: rank 0 published and fenced, rank 1's Get... both fence; a retry after a Get
+	// timeout would not fence again. Here: all in step.
+	var g0, g1 [][]byte
+	e0, e1 = both(func() (err error) { g0, err = ex[0].Allgather([]byte{0}); return }, func() (err error) { g1, err = ex[1].Allgather([]byte{1}); return })
+	if e0 != nil || e1 != nil || len(g0) != 2 || g1[0][0] != 0 || g0[1][0] != 1 {
+		t.Fatalf("allgather: %v %v %v %v", g0, e0, g1, e1)
 	}
 }

@@ -5,6 +5,12 @@
 // Get it from that root with a timeout, and nobody fences. Keys carry a sequence number so no
 // key is ever reused (PMIx 4.2 can serve a stale cached value for a reused key). Every rank must
 // therefore make the same calls in the same order, as with any collective.
+//
+// A collective that fails on this rank because another rank's data did not come in time (an
+// error matching pmixkv.ErrTimeout from a Get) may be retried: the next call of the same kind
+// with the same arguments is the same collective (same key; what this rank already published
+// is not published again), so it still meets the other ranks. Any other call moves on, as the
+// other ranks did. A fence that times out is not retryable (the ranks are no longer in step).
 package ncclid
 
 import (
@@ -119,17 +125,70 @@ type Exchanger struct {
 	// it with each ID; other ranks compare it with theirs and refuse an ID from another version.
 	Local func() Origin
 
-	mu   sync.Mutex
-	seq  uint64
-	made map[ID]bool // every ID this process created: a repeat means NCCL_COMM_ID is in force
+	// BarrierCollect makes Barrier fence with PMIX_COLLECT_DATA. Needed under Slurm, whose
+	// mpi/pmix completes a fence without it on each node by itself (unless PMIxFenceBarrier is
+	// set): see pmixkv.BarrierNeedsCollect. Elsewhere a plain fence is a barrier, and collecting
+	// would copy all committed data (an MPI library's modex too) to every node for nothing.
+	BarrierCollect bool
+
+	mu    sync.Mutex
+	seq   uint64
+	made  map[ID]bool // every ID this process created: a repeat means NCCL_COMM_ID is in force
+	retry *coll       // the collective that timed out here, for a retry to resume
 }
 
-// next returns the sequence number of the next collective.
-func (e *Exchanger) next() uint64 {
+// coll is one collective in progress on this rank: its kind and arguments, its key sequence
+// number, and how far it got, so that a retry after a timeout resumes it instead of
+// publishing again under a new key.
+type coll struct {
+	kind string
+	seq  uint64
+	// the color exchange of Group
+	colorPut, colorFenced bool
+	members               []int
+	// the ID exchange
+	published bool
+	own       ID
+	ownOrigin Origin
+	fenced    bool
+}
+
+// begin starts the collective kind (its name and arguments): the one that timed out last, if
+// this is its retry, else the next in the sequence.
+func (e *Exchanger) begin(kind string) *coll {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if r := e.retry; r != nil {
+		e.retry = nil
+		if r.kind == kind {
+			return r
+		}
+	}
 	e.seq++
-	return e.seq
+	return &coll{kind: kind, seq: e.seq}
+}
+
+// end records how c ended: a Get that timed out leaves it open for a retry.
+func (e *Exchanger) end(c *coll, err error) {
+	var fe *fenceError
+	if err != nil && errors.Is(err, pmixkv.ErrTimeout) && !errors.As(err, &fe) {
+		e.mu.Lock()
+		e.retry = c
+		e.mu.Unlock()
+	}
+}
+
+// fenceError marks a failed fence: never retried.
+type fenceError struct{ err error }
+
+func (f *fenceError) Error() string { return f.err.Error() }
+func (f *fenceError) Unwrap() error { return f.err }
+
+func (e *Exchanger) fence(collect bool, what string) error {
+	if err := e.KV.Fence(collect, e.Timeout); err != nil {
+		return &fenceError{fmt.Errorf("ncclid: %s: %w", what, err)}
+	}
+	return nil
 }
 
 // World returns one ID created by rank 0. It is the one ID that NCCL_COMM_ID allows.
@@ -140,7 +199,9 @@ func (e *Exchanger) World() (ID, error) {
 
 // WorldOrigin is World, and also says which NCCL made the ID on rank 0.
 func (e *Exchanger) WorldOrigin() (ID, Origin, error) {
-	ids, origins, err := e.exchange(e.next(), e.KV.Info().Rank == 0, []int{0}, false)
+	c := e.begin("world")
+	ids, origins, err := e.exchange(c, e.KV.Info().Rank == 0, []int{0}, false)
+	e.end(c, err)
 	if err != nil {
 		return ID{}, Origin{}, err
 	}
@@ -162,7 +223,9 @@ func (e *Exchanger) Scalable(n int) ([]ID, error) {
 	for _, r := range roots {
 		isRoot = isRoot || r == in.Rank
 	}
-	ids, _, err := e.exchange(e.next(), isRoot, roots, true)
+	c := e.begin(fmt.Sprintf("scalable %d", n))
+	ids, _, err := e.exchange(c, isRoot, roots, true)
+	e.end(c, err)
 	return ids, err
 }
 
@@ -183,8 +246,14 @@ const NodeColor = -1
 // gives each group its own ID, created by its lowest rank. NodeColor makes one group per node
 // without exchanging colors.
 func (e *Exchanger) Group(color int) (Group, error) {
+	c := e.begin(fmt.Sprintf("group %d", color))
+	g, err := e.group(c, color)
+	e.end(c, err)
+	return g, err
+}
+
+func (e *Exchanger) group(c *coll, color int) (Group, error) {
 	in := e.KV.Info()
-	seq := e.next()
 	var members []int
 	switch {
 	case color == NodeColor:
@@ -196,7 +265,7 @@ func (e *Exchanger) Group(color int) (Group, error) {
 		return Group{}, fmt.Errorf("ncclid: color %d, expected >= 0 or NodeColor (%d)", color, NodeColor)
 	default:
 		var err error
-		if members, err = e.colorMembers(seq, color); err != nil {
+		if members, err = e.colorMembers(c, color); err != nil {
 			return Group{}, err
 		}
 	}
@@ -209,7 +278,7 @@ func (e *Exchanger) Group(color int) (Group, error) {
 	if g.Rank < 0 {
 		return Group{}, fmt.Errorf("ncclid: rank %d is not among its group's members %v", in.Rank, members)
 	}
-	ids, _, err := e.exchange(seq, g.Rank == 0, []int{g.Root}, true)
+	ids, _, err := e.exchange(c, g.Rank == 0, []int{g.Root}, true)
 	if err != nil {
 		return Group{}, err
 	}
@@ -218,19 +287,28 @@ func (e *Exchanger) Group(color int) (Group, error) {
 }
 
 // colorMembers publishes this rank's color, fences with collection, and reads every rank's color.
-func (e *Exchanger) colorMembers(seq uint64, color int) ([]int, error) {
+func (e *Exchanger) colorMembers(c *coll, color int) ([]int, error) {
 	in := e.KV.Info()
-	key := fmt.Sprintf("gpubind.color.%d", seq)
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], uint64(color))
-	if err := e.KV.Put(key, b[:]); err != nil {
-		return nil, err
+	if c.members != nil {
+		return c.members, nil
 	}
-	if err := e.KV.Commit(); err != nil {
-		return nil, err
+	key := fmt.Sprintf("gpubind.color.%d", c.seq)
+	if !c.colorPut {
+		var b [8]byte
+		binary.BigEndian.PutUint64(b[:], uint64(color))
+		if err := e.KV.Put(key, b[:]); err != nil {
+			return nil, err
+		}
+		if err := e.KV.Commit(); err != nil {
+			return nil, err
+		}
+		c.colorPut = true
 	}
-	if err := e.KV.Fence(true, e.Timeout); err != nil {
-		return nil, fmt.Errorf("ncclid: fence to exchange group colors: %w", err)
+	if !c.colorFenced {
+		if err := e.fence(true, "fence to exchange group colors"); err != nil {
+			return nil, err
+		}
+		c.colorFenced = true
 	}
 	var members []int
 	for r := 0; r < in.Size; r++ {
@@ -249,6 +327,7 @@ func (e *Exchanger) colorMembers(seq uint64, color int) ([]int, error) {
 			members = append(members, r)
 		}
 	}
+	c.members = members
 	return members, nil
 }
 
@@ -307,9 +386,9 @@ func encode(id ID, o Origin) []byte {
 // exchange: if isRoot, create an ID (distinct: see create) and publish it (or the failure)
 // under this collective's key; then read the ID of every rank in roots, with the NCCL that
 // made it.
-func (e *Exchanger) exchange(seq uint64, isRoot bool, roots []int, distinct bool) ([]ID, []Origin, error) {
+func (e *Exchanger) exchange(c *coll, isRoot bool, roots []int, distinct bool) ([]ID, []Origin, error) {
 	in := e.KV.Info()
-	key := fmt.Sprintf("gpubind.ncclid.%d", seq)
+	key := fmt.Sprintf("gpubind.ncclid.%d", c.seq)
 	var own ID
 	var ownOrigin Origin
 	var ownErr error
@@ -324,7 +403,9 @@ func (e *Exchanger) exchange(seq uint64, isRoot bool, roots []int, distinct bool
 		}
 		return *mine
 	}
-	if isRoot {
+	if isRoot && c.published {
+		own, ownOrigin = c.own, c.ownOrigin // a retry: published already
+	} else if isRoot {
 		own, ownErr = e.create(distinct)
 		// Publish the failure too, so the other ranks fail at once instead of timing out.
 		var val []byte
@@ -340,11 +421,13 @@ func (e *Exchanger) exchange(seq uint64, isRoot bool, roots []int, distinct bool
 		if err := e.KV.Commit(); err != nil {
 			return nil, nil, err
 		}
+		c.published, c.own, c.ownOrigin = ownErr == nil, own, ownOrigin
 	}
-	if e.Mode == Fenced {
-		if err := e.KV.Fence(true, e.Timeout); err != nil {
-			return nil, nil, fmt.Errorf("ncclid: fence after publishing NCCL IDs: %w", err)
+	if e.Mode == Fenced && !c.fenced {
+		if err := e.fence(true, "fence after publishing NCCL IDs"); err != nil {
+			return nil, nil, err
 		}
+		c.fenced = true
 	}
 	if ownErr != nil {
 		return nil, nil, ownErr

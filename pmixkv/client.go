@@ -1,6 +1,7 @@
 package pmixkv
 
 // #cgo pkg-config: pmix
+// #cgo LDFLAGS: -Wl,--as-needed
 // #include <stdlib.h>
 // #include "pmix_client.h"
 import "C"
@@ -72,6 +73,9 @@ func NewClient() (*Client, error) {
 	var ns [C.size_t(256)]C.char
 	var rank C.uint32_t
 	if err := status("PMIx_Init", C.pk_init(&ns[0], C.size_t(len(ns)), &rank)); err != nil {
+		if lerr := C.GoString(C.pk_library_error()); lerr != "" {
+			err.(*StatusError).Op = "PMIx_Init (no PMIx library: " + lerr + ")"
+		}
 		return nil, err
 	}
 	info, err := queryInfo(C.GoString(&ns[0]), int(rank))
@@ -256,8 +260,10 @@ func (c *Client) Fence(collect bool, timeout time.Duration) error {
 // Get returns what rank committed under key, waiting up to timeout (PMIX_TIMEOUT).
 //
 // Some servers answer NOT-FOUND at once, PMIX_TIMEOUT notwithstanding, when the target is a
-// local process that has not committed yet (seen with Open MPI 4.1's mpirun). Get therefore
-// retries NOT-FOUND with a short backoff until the timeout has passed, then returns an error
+// local process that has not committed yet (seen with Open MPI 4.1's mpirun). Slurm's mpi/pmix
+// answers a Get for another node's key with PMIX_ERROR once its own PMIxTimeout (default 300 s,
+// SLURM_PMIX_TIMEOUT) passes, and a server may answer TIMEOUT by its own clock. Get therefore
+// retries those with a short backoff until its own timeout has passed, then returns an error
 // matching ErrTimeout.
 func (c *Client) Get(rank int, key string, timeout time.Duration) ([]byte, error) {
 	if err := ValidKey(key); err != nil {
@@ -290,12 +296,26 @@ func (c *Client) Get(rank int, key string, timeout time.Duration) ([]byte, error
 			defer C.free(p)
 			return C.GoBytes(p, C.int(n)), nil
 		}
-		if !errors.Is(err, ErrNotFound) || timeout <= 0 {
+		if !retryable(err) || timeout <= 0 {
 			return nil, err
+		}
+		if !errors.Is(err, ErrNotFound) && time.Until(deadline) <= 0 {
+			return nil, fmt.Errorf("%s: not answered within %v (last: %v): %w", op, timeout, err, ErrTimeout)
 		}
 		time.Sleep(min(backoff, max(time.Until(deadline), 0)))
 		backoff = min(2*backoff, 50*time.Millisecond)
 	}
+}
+
+// retryable reports whether a Get that failed with err may succeed later: the key is not there
+// yet (NOT-FOUND), or the server gave up by its own clock (PMIX_ERROR from Slurm after its
+// PMIxTimeout, TIMEOUT).
+func retryable(err error) bool {
+	var se *StatusError
+	if !errors.As(err, &se) {
+		return false
+	}
+	return se.Code == int(C.pk_err_not_found()) || se.Code == int(C.pk_err_error()) || se.Code == int(C.pk_err_timeout())
 }
 
 // Abort asks the server to end every process of the job, with code as the job's exit status

@@ -19,6 +19,7 @@ type MemJob struct {
 	fenceGen  int
 	fenceIn   int
 	fences    int
+	collects  int
 	gets      int
 }
 
@@ -81,6 +82,13 @@ func (j *MemJob) Fences() int {
 	return j.fences
 }
 
+// CollectingFences returns how many of the Fence calls asked to collect data.
+func (j *MemJob) CollectingFences() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.collects
+}
+
 // Gets returns how many Get calls the job has seen.
 func (j *MemJob) Gets() int {
 	j.mu.Lock()
@@ -128,10 +136,13 @@ func (m *Mem) Commit() error {
 }
 
 // Fence waits until every rank has entered the same fence.
-func (m *Mem) Fence(_ bool, timeout time.Duration) error {
+func (m *Mem) Fence(collect bool, timeout time.Duration) error {
 	j := m.job
 	j.mu.Lock()
 	j.fences++
+	if collect {
+		j.collects++
+	}
 	gen := j.fenceGen
 	j.fenceIn++
 	if j.fenceIn == j.size {

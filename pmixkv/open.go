@@ -26,6 +26,7 @@ func Open(opts Options) (KV, error) {
 	if !errors.Is(err, ErrNoServer) {
 		return nil, err
 	}
+	initErr := err
 	getenv := opts.Getenv
 	if getenv == nil {
 		getenv = os.Getenv
@@ -35,9 +36,9 @@ func Open(opts Options) (KV, error) {
 		return nil, err
 	}
 	if info.Size != 1 {
-		return nil, fmt.Errorf("pmixkv: no PMIx server (PMIx_Init: UNREACH) but %s says the job has %d processes: "+
+		return nil, fmt.Errorf("pmixkv: no PMIx server (%v) but %s says the job has %d processes: "+
 			"launch with `srun --mpi=pmix` (or Open MPI's mpirun) so the ranks can exchange data: %w",
-			info.Source, info.Size, ErrNeedServer)
+			initErr, info.Source, info.Size, ErrNeedServer)
 	}
 	job, err := NewMemJob(1, nil)
 	if err != nil {

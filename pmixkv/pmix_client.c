@@ -1,27 +1,93 @@
 /* The PMIx calls of package pmixkv. Kept out of Go preambles so <pmix.h> reaches no generated
  * header (see DESIGN.md section 4). */
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
 #include <pthread.h>
 #include <time.h>
 
+#include <dlfcn.h>
 #include <pmix.h>
 
 #include "pmix_client.h"
 
+/* libpmix is loaded with dlopen on first use, not linked (no DT_NEEDED), so that a program using
+ * libgpuhelper starts, and runs as a singleton, on a host without PMIx. Every PMIx function
+ * used here, directly or through pmix.h's macros, goes through a pointer resolved then. */
+#define PK_FUNCTIONS(X)                                                                            \
+    X(PMIx_Init) X(PMIx_Finalize) X(PMIx_Abort) X(PMIx_Error_string) X(PMIx_Get) X(PMIx_Get_nb)     \
+    X(PMIx_Put) X(PMIx_Commit) X(PMIx_Fence_nb) X(PMIx_Info_load) X(PMIx_Value_destruct)           \
+    X(PMIx_Value_xfer)
+#define PK_POINTER(f) static __typeof__(f) *pk_##f;
+PK_FUNCTIONS(PK_POINTER)
+#define PMIx_Init (*pk_PMIx_Init)
+#define PMIx_Finalize (*pk_PMIx_Finalize)
+#define PMIx_Abort (*pk_PMIx_Abort)
+#define PMIx_Error_string (*pk_PMIx_Error_string)
+#define PMIx_Get (*pk_PMIx_Get)
+#define PMIx_Get_nb (*pk_PMIx_Get_nb)
+#define PMIx_Put (*pk_PMIx_Put)
+#define PMIx_Commit (*pk_PMIx_Commit)
+#define PMIx_Fence_nb (*pk_PMIx_Fence_nb)
+#define PMIx_Info_load (*pk_PMIx_Info_load)
+#define PMIx_Value_destruct (*pk_PMIx_Value_destruct)
+#define PMIx_Value_xfer (*pk_PMIx_Value_xfer)
+
+static pthread_once_t pk_once = PTHREAD_ONCE_INIT;
+static int pk_loaded;
+static char pk_load_err[512];
+
+/* The library: $GPUHELPER_PMIX_LIBRARY if set, else libpmix.so.2 (found through this object's
+ * RUNPATH, the build's PMIx libdir, then the loader's usual search). RTLD_GLOBAL, as PMIx's
+ * own plugins may expect its symbols there. */
+static void pk_load(void)
+{
+    const char *name = getenv("GPUHELPER_PMIX_LIBRARY");
+    void *h;
+    if (name == NULL || *name == '\0')
+        name = "libpmix.so.2";
+    h = dlopen(name, RTLD_NOW | RTLD_GLOBAL);
+    if (h == NULL) {
+        const char *e = dlerror();
+        snprintf(pk_load_err, sizeof(pk_load_err), "dlopen(%s) failed: %s", name, e ? e : "?");
+        return;
+    }
+#define PK_RESOLVE(f)                                                                              \
+    if ((*(void **)&pk_##f = dlsym(h, #f)) == NULL) {                                              \
+        snprintf(pk_load_err, sizeof(pk_load_err), "%s has no %s", name, #f);                      \
+        return;                                                                                    \
+    }
+    PK_FUNCTIONS(PK_RESOLVE)
+    pk_loaded = 1;
+}
+
+const char *pk_library_error(void)
+{
+    (void)pthread_once(&pk_once, pk_load);
+    return pk_loaded ? "" : pk_load_err;
+}
+
 int pk_err_timeout(void) { return PMIX_ERR_TIMEOUT; }
 int pk_err_unreach(void) { return PMIX_ERR_UNREACH; }
 int pk_err_not_found(void) { return PMIX_ERR_NOT_FOUND; }
+int pk_err_error(void) { return PMIX_ERROR; }
 uint32_t pk_rank_wildcard(void) { return PMIX_RANK_WILDCARD; }
 
-const char *pk_strerror(int rc) { return PMIx_Error_string(rc); }
+const char *pk_strerror(int rc)
+{
+    if (*pk_library_error() != '\0')
+        return "PMIx library not loaded";
+    return PMIx_Error_string(rc);
+}
 
 int pk_init(char *nspace, size_t nspace_len, uint32_t *rank)
 {
     pmix_proc_t me;
     memset(&me, 0, sizeof(me));
+    if (*pk_library_error() != '\0')
+        return PMIX_ERR_UNREACH; /* no PMIx here: no server to reach either */
     pmix_status_t rc = PMIx_Init(&me, NULL, 0);
     if (rc != PMIX_SUCCESS)
         return rc;

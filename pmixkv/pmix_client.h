@@ -11,9 +11,12 @@
 int pk_err_timeout(void);
 int pk_err_unreach(void);
 int pk_err_not_found(void);
+int pk_err_error(void);
 uint32_t pk_rank_wildcard(void);
 
 const char *pk_strerror(int rc);
+/* Why libpmix could not be loaded (dlopen on first use), or "" once it is. */
+const char *pk_library_error(void);
 
 /* PMIx_Init; on success copies the namespace (NUL-terminated) and this process's rank. */
 int pk_init(char *nspace, size_t nspace_len, uint32_t *rank);

@@ -1,17 +1,25 @@
 // Package gpusel decides which GPU a process of libgpuhelper uses, without NVML or CUDA: from
 // the gpubind SPANK plugin's GPUBIND_* variables when present, else by local rank over the
-// GPUs that CUDA_VISIBLE_DEVICES lets the process see, found in sysfs and ordered by PCI bus id.
+// GPUs that CUDA_VISIBLE_DEVICES lets the process see.
+//
+// CUDA numbers the GPUs the process can open, not every GPU of the host: under Slurm's
+// ConstrainDevices, in a container, or with GPUs bound to another driver (vfio-pci), the
+// process sees fewer, and Slurm then writes local indices 0..k-1 into CUDA_VISIBLE_DEVICES.
+// So Scan keeps only the NVIDIA GPUs bound to the nvidia driver whose /dev/nvidiaN the process
+// may read and write, in PCI bus id order (CUDA's order with CUDA_DEVICE_ORDER=PCI_BUS_ID), and
+// CUDA_VISIBLE_DEVICES is applied to that list.
 package gpusel
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Choice is the GPU a process should use.
@@ -21,6 +29,12 @@ type Choice struct {
 	UUID       string // "GPU-..." or "MIG-...", "" if unknown
 	Visible    int    // number of GPUs the process sees
 	Source     string // "gpubind" (plugin variables), "sysfs", or "none"
+	// MIG is set when the choice is a MIG instance named by CUDA_VISIBLE_DEVICES among others:
+	// CUDA shows a process one MIG instance only (the first MIG entry), so the process must run
+	// with CUDA_VISIBLE_DEVICES set to MIG alone (then CUDADevice 0 is that instance). MIGFirst
+	// says it is the first MIG entry, which CUDA shows as device 0 even with the longer list.
+	MIG      string
+	MIGFirst bool
 }
 
 // Input is what Choose looks at.
@@ -34,26 +48,48 @@ type Input struct {
 type GPU struct {
 	BusID string // normalised
 	UUID  string // from /proc/driver/nvidia/gpus/BUS/information, "" if unavailable
+	Minor int    // device minor (/dev/nvidiaN), -1 if unknown
 }
 
-var busRE = regexp.MustCompile(`^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$`)
-
 // NormalizeBusID turns NVML ("00000000:3B:00.0"), sysfs ("0000:3b:00.0") and short
-// ("3b:00.0") forms into the sysfs form.
+// ("3b:00.0") forms into the sysfs form. (Parsed by hand: a package-level regexp costs the
+// library's every process its compilation at load time.)
 func NormalizeBusID(s string) (string, error) {
-	m := busRE.FindStringSubmatch(strings.TrimSpace(s))
-	if m == nil {
-		return "", fmt.Errorf("PCI bus id %q, expected DOMAIN:BUS:DEVICE.FUNCTION like 0000:1b:00.0", s)
-	}
-	dom := uint64(0)
-	if m[1] != "" {
-		d, err := strconv.ParseUint(m[1], 16, 32)
-		if err != nil || d > 0xffff {
-			return "", fmt.Errorf("PCI bus id %q: domain out of range", s)
+	bad := fmt.Errorf("PCI bus id %q, expected DOMAIN:BUS:DEVICE.FUNCTION like 0000:1b:00.0", s)
+	t := strings.TrimSpace(s)
+	hex := func(f string, min, max int) bool {
+		if len(f) < min || len(f) > max {
+			return false
 		}
-		dom = d
+		for _, c := range f {
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+				return false
+			}
+		}
+		return true
 	}
-	return strings.ToLower(fmt.Sprintf("%04x:%s:%s.%s", dom, m[2], m[3], m[4])), nil
+	parts := strings.Split(t, ":")
+	dom := "0"
+	switch len(parts) {
+	case 3:
+		dom = parts[0]
+		if !hex(dom, 4, 8) {
+			return "", bad
+		}
+		parts = parts[1:]
+	case 2:
+	default:
+		return "", bad
+	}
+	dev, fn, ok := strings.Cut(parts[1], ".")
+	if !ok || !hex(parts[0], 2, 2) || !hex(dev, 2, 2) || len(fn) != 1 || fn[0] < '0' || fn[0] > '7' {
+		return "", bad
+	}
+	d, err := strconv.ParseUint(dom, 16, 32)
+	if err != nil || d > 0xffff {
+		return "", fmt.Errorf("PCI bus id %q: domain out of range", s)
+	}
+	return strings.ToLower(fmt.Sprintf("%04x:%s:%s.%s", d, parts[0], dev, fn)), nil
 }
 
 // Choose picks the GPU for a process.
@@ -82,7 +118,17 @@ func Choose(in Input) (Choice, error) {
 		return Choice{CUDADevice: -1, Source: "none"}, nil
 	}
 	i := in.LocalRank % len(vis)
-	return Choice{CUDADevice: i, BusID: vis[i].BusID, UUID: vis[i].UUID, Visible: len(vis), Source: "sysfs"}, nil
+	c := Choice{CUDADevice: i, BusID: vis[i].BusID, UUID: vis[i].UUID, Visible: len(vis), Source: "sysfs"}
+	if strings.HasPrefix(vis[i].UUID, "MIG-") {
+		// One MIG instance per process: this one, as CUDA device 0 once it is alone in
+		// CUDA_VISIBLE_DEVICES.
+		first := true
+		for _, g := range vis[:i] {
+			first = first && !strings.HasPrefix(g.UUID, "MIG-")
+		}
+		c.CUDADevice, c.Visible, c.MIG, c.MIGFirst = 0, 1, vis[i].UUID, first && i == 0
+	}
+	return c, nil
 }
 
 // fromPlugin reads the plugin's per-task variables (spank/PROTOCOL.md section 3): the task's
@@ -123,8 +169,21 @@ func fromPlugin(getenv func(string) string) (Choice, error) {
 	return c, nil
 }
 
-// Scan lists NVIDIA GPUs (vendor 0x10de, class 0x0300xx VGA or 0x0302xx 3D controller) under
-// root/sys/bus/pci/devices, ordered by bus id, with UUIDs from the driver's procfs when present.
+// Scan lists the NVIDIA GPUs (vendor 0x10de, class 0x0300xx VGA or 0x0302xx 3D controller) under
+// root/sys/bus/pci/devices that this process can use, ordered by bus id, with UUIDs and minors
+// from the driver's procfs. A GPU is left out when
+//   - it is bound to another driver than nvidia (sysfs driver link), or, without a driver link,
+//     the nvidia driver is loaded (root/proc/driver/nvidia/gpus exists) but does not list it;
+//   - its device node root/dev/nvidiaN denies read+write access (EPERM: the device cgroup of
+//     Slurm's ConstrainDevices; EACCES: file permissions), or is missing while other nvidiaN
+//     nodes exist (a container that was given only some GPUs).
+//
+// access(2), not open(2): the device cgroup answers access(2) too (cgroup v1 devices list and v2
+// BPF program both act in inode_permission; tests/cgroup TestAccessSeesDeviceCgroup shows it
+// for both), it is what the gpubind plugin uses (spank/frontend/table.c gb_result_restrict), and
+// it has no side effects, where opening /dev/nvidiaN makes the driver set up the GPU (seconds
+// without persistence mode). When no nvidiaN node exists at all, nothing is filtered: the
+// nodes are created on first use by nvidia-modprobe.
 func Scan(root string) ([]GPU, error) {
 	if root == "" {
 		root = "/"
@@ -137,6 +196,10 @@ func Scan(root string) ([]GPU, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", dir, err)
 	}
+	procDir := filepath.Join(root, "proc/driver/nvidia/gpus")
+	_, perr := os.Stat(procDir)
+	driverLoaded := perr == nil
+	nodes, _ := filepath.Glob(filepath.Join(root, "dev/nvidia[0-9]*"))
 	var out []GPU
 	for _, e := range ents {
 		vendor, err1 := os.ReadFile(filepath.Join(dir, e.Name(), "vendor"))
@@ -153,31 +216,62 @@ func Scan(root string) ([]GPU, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, e.Name()), err)
 		}
-		out = append(out, GPU{BusID: bus, UUID: procUUID(root, bus)})
+		info, inProc := procInfo(root, bus)
+		if drv, err := os.Readlink(filepath.Join(dir, e.Name(), "driver")); err == nil {
+			if filepath.Base(drv) != "nvidia" {
+				continue // vfio-pci, nouveau, ...: not for CUDA
+			}
+		} else if driverLoaded && !inProc {
+			continue // the nvidia driver does not drive it
+		}
+		g := GPU{BusID: bus, UUID: info["GPU UUID"], Minor: -1}
+		if m, err := strconv.Atoi(info["Device Minor"]); err == nil && m >= 0 {
+			g.Minor = m
+		}
+		if g.Minor >= 0 && len(nodes) > 0 && !canUse(filepath.Join(root, "dev", fmt.Sprintf("nvidia%d", g.Minor))) {
+			continue
+		}
+		out = append(out, g)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].BusID < out[j].BusID })
 	return out, nil
 }
 
-// procUUID reads "GPU UUID: GPU-..." from the NVIDIA driver's information file.
-func procUUID(root, bus string) string {
-	f, err := os.Open(filepath.Join(root, "proc/driver/nvidia/gpus", bus, "information"))
+// access is access(2) with R_OK|W_OK; a variable for tests (as root, file modes deny nothing).
+var access = func(path string) error { return syscall.Access(path, 6) }
+
+// canUse reports whether the process may read and write the device node dev.
+func canUse(dev string) bool {
+	err := access(dev)
+	return !(errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENOENT))
+}
+
+// procInfo reads the NVIDIA driver's information file of a GPU ("GPU UUID: GPU-...",
+// "Device Minor: 3", ...); ok says whether the driver lists the GPU at all.
+func procInfo(root, bus string) (info map[string]string, ok bool) {
+	info = map[string]string{}
+	dir := filepath.Join(root, "proc/driver/nvidia/gpus", bus)
+	if _, err := os.Stat(dir); err != nil {
+		return info, false
+	}
+	f, err := os.Open(filepath.Join(dir, "information"))
 	if err != nil {
-		return ""
+		return info, true
 	}
 	defer f.Close()
 	s := bufio.NewScanner(f)
 	for s.Scan() {
 		k, v, ok := strings.Cut(s.Text(), ":")
-		if ok && strings.TrimSpace(k) == "GPU UUID" {
-			return strings.TrimSpace(v)
+		if ok {
+			info[strings.TrimSpace(k)] = strings.TrimSpace(v)
 		}
 	}
-	return ""
+	return info, true
 }
 
 // Visible applies CUDA_VISIBLE_DEVICES (value cvd; set says whether it is set at all) to gpus,
-// which must be in the order CUDA numbers them (PCI order with CUDA_DEVICE_ORDER=PCI_BUS_ID).
+// which must be the GPUs the process can use in the order CUDA numbers them (PCI order with
+// CUDA_DEVICE_ORDER=PCI_BUS_ID): under ConstrainDevices Slurm's indices 0..k-1 count those.
 // Entries are indices, GPU-UUIDs (any unique prefix) or MIG-UUIDs. Like CUDA, the list ends at
 // the first entry that names no device; a MIG entry is visible but its bus id is unknown here.
 func Visible(gpus []GPU, cvd string, set bool) ([]GPU, error) {

@@ -1,8 +1,11 @@
 package gpusel
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -21,11 +24,13 @@ func fixture(t *testing.T, buses map[string]string) string {
 	}
 	for bus, uuid := range buses {
 		dev(bus, "0x10de", "0x030200")
+		p := filepath.Join(root, "proc/driver/nvidia/gpus", bus)
+		must(t, os.MkdirAll(p, 0o755))
+		info := "Model: \t\t NVIDIA H100\n"
 		if uuid != "" {
-			p := filepath.Join(root, "proc/driver/nvidia/gpus", bus)
-			must(t, os.MkdirAll(p, 0o755))
-			must(t, os.WriteFile(filepath.Join(p, "information"), []byte("Model: \t\t NVIDIA H100\nGPU UUID: \t "+uuid+"\n"), 0o644))
+			info += "GPU UUID: \t " + uuid + "\n"
 		}
+		must(t, os.WriteFile(filepath.Join(p, "information"), []byte(info), 0o644))
 	}
 	dev("0000:1b:00.1", "0x10de", "0x040300") // audio function of a GPU
 	dev("0000:00:1f.0", "0x8086", "0x060100")
@@ -81,6 +86,7 @@ func TestChooseSysfs(t *testing.T) {
 		{"uuid prefix", map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-99"}, 2, 0, "0000:9a:00.0", "GPU-9999"},
 		{"stops at invalid", map[string]string{"CUDA_VISIBLE_DEVICES": "2,7,0"}, 1, 0, "0000:9a:00.0", "GPU-9999"},
 		{"MIG", map[string]string{"CUDA_VISIBLE_DEVICES": "MIG-abcd"}, 0, 0, "", "MIG-abcd"},
+		{"second MIG is device 0 alone", map[string]string{"CUDA_VISIBLE_DEVICES": "MIG-abcd,MIG-ef01"}, 1, 0, "", "MIG-ef01"},
 	} {
 		got, err := Choose(Input{LookupEnv: env(c.env), Root: root, LocalRank: c.lrank})
 		if err != nil || got.CUDADevice != c.dev || got.BusID != c.bus || got.UUID != c.uuid || got.Source != "sysfs" {
@@ -117,5 +123,138 @@ func TestChoosePlugin(t *testing.T) {
 		if _, err := Choose(Input{Root: root, LookupEnv: env(e)}); err == nil {
 			t.Errorf("%s accepted", name)
 		}
+	}
+}
+
+// usableFixture is a tree of 4 GPUs in PCI order 1b, 3d, 8a, b1 with minors 2, 0, 3, 1 (the
+// misordered fixture), device nodes dev/nvidia0..3 (plain files: only their names matter, and
+// access is faked), and each GPU bound to the nvidia driver through a sysfs driver link.
+func usableFixture(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	minors := map[string]int{"0000:1b:00.0": 2, "0000:3d:00.0": 0, "0000:8a:00.0": 3, "0000:b1:00.0": 1}
+	must(t, os.MkdirAll(filepath.Join(root, "dev"), 0o755))
+	must(t, os.MkdirAll(filepath.Join(root, "sys/bus/pci/drivers/nvidia"), 0o755))
+	must(t, os.MkdirAll(filepath.Join(root, "sys/bus/pci/drivers/vfio-pci"), 0o755))
+	for bus, m := range minors {
+		d := filepath.Join(root, "sys/bus/pci/devices", bus)
+		p := filepath.Join(root, "proc/driver/nvidia/gpus", bus)
+		must(t, os.MkdirAll(d, 0o755))
+		must(t, os.MkdirAll(p, 0o755))
+		must(t, os.WriteFile(filepath.Join(d, "vendor"), []byte("0x10de\n"), 0o644))
+		must(t, os.WriteFile(filepath.Join(d, "class"), []byte("0x030200\n"), 0o644))
+		must(t, os.Symlink("../../drivers/nvidia", filepath.Join(d, "driver")))
+		must(t, os.WriteFile(filepath.Join(p, "information"), []byte(fmt.Sprintf(
+			"Model: \t\t NVIDIA A100\nGPU UUID: \t GPU-%s\nBus Location: \t %s\nDevice Minor: \t %d\n", bus[5:7], bus, m)), 0o644))
+		must(t, os.WriteFile(filepath.Join(root, "dev", fmt.Sprintf("nvidia%d", m)), nil, 0o666))
+	}
+	return root
+}
+
+// fakeAccess makes access(2) deny (EPERM, as the device cgroup does) the listed minors.
+func fakeAccess(t *testing.T, denied ...int) {
+	t.Helper()
+	old := access
+	t.Cleanup(func() { access = old })
+	access = func(p string) error {
+		for _, m := range denied {
+			if filepath.Base(p) == fmt.Sprintf("nvidia%d", m) {
+				return syscall.EPERM
+			}
+		}
+		_, err := os.Stat(p)
+		return err
+	}
+}
+
+func buses(gpus []GPU) string {
+	var b []string
+	for _, g := range gpus {
+		b = append(b, g.BusID[5:7])
+	}
+	return strings.Join(b, ",")
+}
+
+// Issue 15 finding 1: only the GPUs the process can use count, as CUDA counts them.
+func TestScanUsable(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		denied []int
+		setup  func(root string)
+		want   string
+	}{
+		{"all usable", nil, nil, "1b,3d,8a,b1"},
+		// ConstrainDevices: a step owning GRES minors 3 and 1 (8a, b1).
+		{"device cgroup allows 3,1", []int{0, 2}, nil, "8a,b1"},
+		{"device cgroup allows 0", []int{1, 2, 3}, nil, "3d"},
+		// A container given two GPUs: only their nodes exist.
+		{"container with nvidia1,nvidia2", nil, func(root string) {
+			must(t, os.Remove(filepath.Join(root, "dev/nvidia0")))
+			must(t, os.Remove(filepath.Join(root, "dev/nvidia3")))
+		}, "1b,b1"},
+		// No device nodes at all: nvidia-modprobe makes them on first use; keep every GPU.
+		{"no device nodes yet", nil, func(root string) { must(t, os.RemoveAll(filepath.Join(root, "dev"))) }, "1b,3d,8a,b1"},
+		{"8a bound to vfio-pci", nil, func(root string) {
+			l := filepath.Join(root, "sys/bus/pci/devices/0000:8a:00.0/driver")
+			must(t, os.Remove(l))
+			must(t, os.Symlink("../../drivers/vfio-pci", l))
+			must(t, os.RemoveAll(filepath.Join(root, "proc/driver/nvidia/gpus/0000:8a:00.0")))
+		}, "1b,3d,b1"},
+		{"3d unbound, not in the driver's list", nil, func(root string) {
+			must(t, os.Remove(filepath.Join(root, "sys/bus/pci/devices/0000:3d:00.0/driver")))
+			must(t, os.RemoveAll(filepath.Join(root, "proc/driver/nvidia/gpus/0000:3d:00.0")))
+		}, "1b,8a,b1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root := usableFixture(t)
+			if c.setup != nil {
+				c.setup(root)
+			}
+			fakeAccess(t, c.denied...)
+			gpus, err := Scan(root)
+			if err != nil || buses(gpus) != c.want {
+				t.Fatalf("Scan = %s, %v; want %s", buses(gpus), err, c.want)
+			}
+		})
+	}
+}
+
+// Slurm with ConstrainDevices writes local indices: CUDA_VISIBLE_DEVICES=0,1 for the step
+// owning 8a and b1 means 8a and b1 (the library said 1b and 3d before).
+func TestChooseConstrained(t *testing.T) {
+	root := usableFixture(t)
+	fakeAccess(t, 0, 2)
+	for lrank, want := range []string{"0000:8a:00.0", "0000:b1:00.0", "0000:8a:00.0"} {
+		got, err := Choose(Input{Root: root, LocalRank: lrank, LookupEnv: env(map[string]string{"CUDA_VISIBLE_DEVICES": "0,1"})})
+		if err != nil || got.BusID != want || got.CUDADevice != lrank%2 || got.Visible != 2 || got.UUID != "GPU-"+want[5:7] {
+			t.Errorf("local rank %d: %+v, %v; want cuda %d bus %s", lrank, got, err, lrank%2, want)
+		}
+	}
+	// UUIDs name the GPUs directly; one the process cannot open ends the list, as in CUDA.
+	got, err := Choose(Input{Root: root, LookupEnv: env(map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-b1,GPU-1b,GPU-8a"})})
+	if err != nil || got.BusID != "0000:b1:00.0" || got.Visible != 1 {
+		t.Errorf("UUIDs: %+v, %v; want b1 alone", got, err)
+	}
+}
+
+// Issue 15 finding 7: one MIG instance per process. Each local rank gets its own instance as
+// CUDA device 0 of a CUDA_VISIBLE_DEVICES holding that instance alone.
+func TestChooseMIG(t *testing.T) {
+	root := usableFixture(t)
+	cvd := env(map[string]string{"CUDA_VISIBLE_DEVICES": "MIG-aaaa,MIG-bbbb,MIG-cccc"})
+	for lrank, want := range []string{"MIG-aaaa", "MIG-bbbb", "MIG-cccc", "MIG-aaaa"} {
+		got, err := Choose(Input{Root: root, LocalRank: lrank, LookupEnv: cvd})
+		if err != nil || got.CUDADevice != 0 || got.UUID != want || got.MIG != want || got.Visible != 1 || got.MIGFirst != (lrank%3 == 0) {
+			t.Errorf("local rank %d: %+v, %v; want device 0 = %s", lrank, got, err, want)
+		}
+	}
+	// A whole GPU before the MIG entries: the MIG instance is not CUDA's first.
+	got, err := Choose(Input{Root: root, LocalRank: 1, LookupEnv: env(map[string]string{"CUDA_VISIBLE_DEVICES": "0,MIG-aaaa"})})
+	if err != nil || got.MIG != "MIG-aaaa" || got.MIGFirst {
+		t.Errorf("GPU then MIG: %+v, %v", got, err)
+	}
+	got, err = Choose(Input{Root: root, LocalRank: 0, LookupEnv: env(map[string]string{"CUDA_VISIBLE_DEVICES": "0,MIG-aaaa"})})
+	if err != nil || got.MIG != "" || got.BusID != "0000:1b:00.0" {
+		t.Errorf("GPU then MIG, rank 0: %+v, %v", got, err)
 	}
 }

@@ -513,3 +513,140 @@ func TestExamples(t *testing.T) {
 		t.Errorf("c++ %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 }
+
+var gpuLineRe = regexp.MustCompile(`(?m)^GPU (\d+) (-?\d+) (-?\d+) (\S+) (\S+) (\S+) \| (.*)$`)
+var finLineRe = regexp.MustCompile(`(?m)^FIN (\d+) (-?\d+) ([0-9.]+) ?(.*)$`)
+
+// TestMIG (issue 15 finding 7): CUDA shows a process one MIG instance only, the first MIG entry
+// of CUDA_VISIBLE_DEVICES. With two instances for two ranks, local rank 1 must get its own
+// instance as CUDA device 0 (the library narrows CUDA_VISIBLE_DEVICES before CUDA starts), not
+// cuda_device 1, which does not exist for it. With CUDA already loaded, rank 1 fails with
+// GPUHELPER_EMIG, and its gpuhelper_finalize still meets rank 0's (no wait for the timeout).
+func TestMIG(t *testing.T) {
+	needSetup(t)
+	root := gpuFixture(t, "0000:1b:00.0")
+	base := []string{"GPUHELPER_SYSROOT=" + root, "GPUHELPER_NCCL_LIBRARY=" + stubLib, "CUDA_VISIBLE_DEVICES=MIG-aaaa,MIG-bbbb"}
+	t.Run("before CUDA", func(t *testing.T) {
+		out, err := mpirun(t, base, 2, bin("ghtest"), "gpu")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string][]string{"0": {"0", "0", "MIG-aaaa", "-", "MIG-aaaa,MIG-bbbb"}, "1": {"0", "0", "MIG-bbbb", "-", "MIG-bbbb"}}
+		lines := gpuLineRe.FindAllStringSubmatch(out, -1)
+		if len(lines) != 2 {
+			t.Fatalf("%d GPU lines, want 2:\n%s", len(lines), out)
+		}
+		for _, m := range lines {
+			if w := want[m[1]]; strings.Join(m[2:7], " ") != strings.Join(w, " ") {
+				t.Errorf("rank %s: rc cuda uuid bus CUDA_VISIBLE_DEVICES = %v, want %v (%s)", m[1], m[2:7], w, m[7])
+			}
+		}
+	})
+	t.Run("CUDA loaded first", func(t *testing.T) {
+		start := time.Now()
+		out, err := mpirun(t, append(base, "LD_PRELOAD="+fakeCuda(t), "GPUHELPER_TIMEOUT=30"), 2, bin("ghtest"), "gpu")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range gpuLineRe.FindAllStringSubmatch(out, -1) {
+			switch {
+			case m[1] == "0" && (m[2] != "0" || m[4] != "MIG-aaaa"):
+				t.Errorf("rank 0: rc %s uuid %s, want 0 MIG-aaaa (CUDA's first instance): %s", m[2], m[4], m[7])
+			case m[1] == "1" && (m[2] != "-12" || !strings.Contains(m[7], "MIG-bbbb") || !strings.Contains(m[7], "already loaded")):
+				t.Errorf("rank 1: rc %s (%s), want -12 (GPUHELPER_EMIG) naming MIG-bbbb", m[2], m[7])
+			}
+		}
+		fins := finLineRe.FindAllStringSubmatch(out, -1)
+		if len(fins) != 2 {
+			t.Fatalf("%d FIN lines, want 2:\n%s", len(fins), out)
+		}
+		for _, m := range fins {
+			if m[2] != "0" {
+				t.Errorf("rank %s: gpuhelper_finalize returned %s: %s", m[1], m[2], m[4])
+			}
+		}
+		if took := time.Since(start); took > 20*time.Second {
+			t.Errorf("took %v: rank 0's finalize waited for the timeout (30 s)", took)
+		}
+		if t.Failed() {
+			t.Logf("output:\n%s", out)
+		}
+	})
+}
+
+// pmixFiles returns the real files of every libpmix.so.2 the loader could find: the one
+// pkg-config names and those in the loader's cache.
+func pmixFiles(t *testing.T) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	var out []string
+	add := func(p string) {
+		if r, err := filepath.EvalSymlinks(p); err == nil && !seen[r] {
+			seen[r] = true
+			out = append(out, r)
+		}
+	}
+	if d, err := exec.Command("pkg-config", "--variable=libdir", "pmix").Output(); err == nil {
+		add(filepath.Join(strings.TrimSpace(string(d)), "libpmix.so.2"))
+	}
+	if c, err := exec.Command("ldconfig", "-p").Output(); err == nil {
+		for _, l := range strings.Split(string(c), "\n") {
+			if _, p, ok := strings.Cut(l, "=> "); ok && strings.Contains(l, "libpmix.so.2") {
+				add(strings.TrimSpace(p))
+			}
+		}
+	}
+	return out
+}
+
+// TestNoPMIxLibrary (issue 15 LOW): libpmix.so.2 is loaded with dlopen, not a DT_NEEDED, so a
+// singleton runs on a host without PMIx. The test hides every libpmix.so.2 (/dev/null bound
+// over each file in a private mount namespace) and runs hello as a singleton; under a
+// launcher's environment of several processes the message says that PMIx is missing.
+func TestNoPMIxLibrary(t *testing.T) {
+	needSetup(t)
+	out, err := exec.Command("readelf", "-d", filepath.Join(libBuild, "libgpuhelper.so.1")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("readelf: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "libpmix") && strings.Contains(string(out), "NEEDED") {
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "NEEDED") && strings.Contains(l, "libpmix") {
+				t.Errorf("libgpuhelper.so.1 needs libpmix at load time: %s", strings.TrimSpace(l))
+			}
+		}
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("hiding libpmix needs root (a private mount namespace)")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare (util-linux) not installed")
+	}
+	files := pmixFiles(t)
+	if len(files) == 0 {
+		t.Fatal("no libpmix.so.2 found to hide")
+	}
+	script := "set -e; "
+	for _, f := range files {
+		script += "mount --bind /dev/null '" + f + "'; "
+	}
+	run := func(env []string, args ...string) (string, error) {
+		return launch(t, cleanEnv(os.Environ(), env...), time.Minute, "unshare",
+			append([]string{"-m", "--propagation", "private", "sh", "-c", script + `exec "$@"`, "sh"}, args...)...)
+	}
+	// The hiding works: a program that needs libpmix does not start.
+	if out, err := run(nil, bin("nodeid")); err == nil {
+		t.Fatalf("nodeid (linked with libpmix) ran with libpmix hidden:\n%s", out)
+	}
+	out2, err := run([]string{noNCCL}, bin("hello"))
+	if err != nil {
+		t.Fatalf("hello as a singleton without libpmix: %v", err)
+	}
+	if !strings.Contains(out2, "hello: rank 0/1") {
+		t.Errorf("hello without libpmix:\n%s", out2)
+	}
+	out3, _ := run([]string{"GPUHELPER_NCCL_LIBRARY=" + stubLib, "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=0"}, bin("ghtest"), "expect", "-2")
+	if !strings.Contains(out3, "OK 0 rc -2") || !strings.Contains(out3, "libpmix") {
+		t.Errorf("2 processes without libpmix: want GPUHELPER_ENOSERVER naming libpmix:\n%s", out3)
+	}
+}

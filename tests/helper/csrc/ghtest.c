@@ -30,6 +30,9 @@
  *   bigstruct   init with this header's struct writes nothing past it; built against the current
  *               header, also init and group_id with larger structs (a newer caller): the
  *               library fills what it knows and leaves the rest alone
+ *   gpu         init, print "GPU rank rc cuda_device gpu_uuid pci_bus_id CUDA_VISIBLE_DEVICES | message"
+ *               whatever init returned, then gpuhelper_finalize (also after a failed init) and
+ *               "FIN rank rc seconds"
  * Lines start with a tag (INFO, SCAL, NODE, COLOR, TIME, OK, FAIL) and the rank. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -688,6 +691,21 @@ static int mode_bigstruct(void)
     return finalize();
 }
 
+static int mode_gpu(void)
+{
+    gpuhelper_info_t info;
+    int rc = init(&info), frc;
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    double t0;
+    printf("GPU %d %d %d %s %s %s | %s\n", env_rank(), rc, rc == 0 ? info.cuda_device : -9,
+           rc == 0 && info.gpu_uuid[0] ? info.gpu_uuid : "-", rc == 0 && info.pci_bus_id[0] ? info.pci_bus_id : "-",
+           cvd ? cvd : "(unset)", rc == 0 ? "" : gpuhelper_last_error());
+    t0 = now();
+    frc = gpuhelper_finalize();
+    printf("FIN %d %d %.3f %s\n", env_rank(), frc, now() - t0, frc == 0 ? "" : gpuhelper_last_error());
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -725,6 +743,8 @@ int main(int argc, char **argv)
         return mode_vers();
     if (strcmp(m, "dlscope") == 0)
         return mode_dlscope();
+    if (strcmp(m, "gpu") == 0)
+        return mode_gpu();
 #if GPUHELPER_VERSION_MINOR >= 1
     if (strcmp(m, "noid") == 0)
         return mode_noid();
