@@ -177,6 +177,9 @@ func TestDebContents(t *testing.T) {
 	if !strings.Contains(dep, wantDep) {
 		t.Errorf("slurm-spank-gpubind Depends: %s; want %s", dep, wantDep)
 	}
+	if rec := debField(t, debs["libgpuhelper1"], "Recommends"); !strings.Contains(rec, "libpmix2") {
+		t.Errorf("libgpuhelper1 Recommends: %q; want libpmix2 (dlopen'd at gpuhelper_init)", rec)
+	}
 	if dep := debField(t, debs["libgpuhelper-dev"], "Depends"); !strings.Contains(dep, "libgpuhelper1 (= ") {
 		t.Errorf("libgpuhelper-dev Depends: %s; want libgpuhelper1 (= version)", dep)
 	}
