@@ -311,7 +311,7 @@ func TestNICsAndEnv(t *testing.T) {
 		t.Errorf("env %v\nwant %v", env, want)
 	}
 	line := bs[1].LogLine
-	if line != "task 1 (rank 1): CUDA_VISIBLE_DEVICES=5 -> GPU 5 0000:ab:00.0 "+topo.GPUs[5].UUID+" NUMA 1 nic mlx5_5" {
+	if line != "task 1 (rank 1): CUDA_VISIBLE_DEVICES=5 -> GPU 5 0000:ab:00.0 "+topo.GPUs[5].UUID+" NUMA 1 nic mlx5_5:1" {
 		t.Errorf("log line %q", line)
 	}
 	// cpus flag: GPU-first plans bind the CPUs of the GPU's NUMA node.

@@ -60,12 +60,29 @@ type MIGDevice struct {
 
 // NIC is one RDMA device (/sys/class/infiniband).
 type NIC struct {
-	Name    string            `json:"name"`
-	BusID   string            `json:"pci_bus_id"`
-	NUMA    int               `json:"numa"`
-	Netdev  string            `json:"netdev,omitempty"`
+	Name   string `json:"name"`
+	BusID  string `json:"pci_bus_id"`
+	NUMA   int    `json:"numa"`
+	Netdev string `json:"netdev,omitempty"`
+	// Port is the port NCCL and UCX should use: the first ACTIVE one (0: unknown, taken
+	// as 1).
+	Port    int               `json:"port,omitempty"`
 	PCIPath []string          `json:"pci_path,omitempty"`
 	Source  map[string]string `json:"source,omitempty"`
+}
+
+// nicPort is "NAME:PORT" for the NIC named name (port 1 when unknown), "" for "".
+func (t *Topology) nicPort(name string) string {
+	if name == "" {
+		return ""
+	}
+	port := 1
+	for _, n := range t.NICs {
+		if n.Name == name && n.Port > 0 {
+			port = n.Port
+		}
+	}
+	return name + ":" + strconv.Itoa(port)
 }
 
 // NUMANode is one NUMA node and its CPUs.

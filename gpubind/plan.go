@@ -45,7 +45,7 @@ func BuildTable(in PlanInput) (*Table, error) {
 		}
 		tab.GPUs = append(tab.GPUs, TableGPU{
 			ID: id, Visible: sg.Visible, NVMLIndex: g.Index, Minor: g.Minor, BusID: g.BusID,
-			UUID: uuid, NUMA: g.NUMA, NIC: t.ClosestNIC(sg.Topo), Dev: devPath(sg, g.Minor),
+			UUID: uuid, NUMA: g.NUMA, NIC: t.nicPort(t.ClosestNIC(sg.Topo)), Dev: devPath(sg, g.Minor),
 		})
 	}
 	switch o.Policy {

@@ -110,6 +110,31 @@ func pciName(l sysfs.PciDeviceLocation) string {
 	return fmt.Sprintf("%04x:%02x:%02x.%x", l.Segment, l.Bus, l.Device, l.Function)
 }
 
+// activePort is the lowest-numbered port under dir (/sys/class/infiniband/DEV/ports) whose
+// state is ACTIVE, else the lowest port, else 0 (unknown).
+func activePort(dir string) int {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var ports []int
+	for _, e := range ents {
+		if p, err := strconv.Atoi(e.Name()); err == nil && p > 0 {
+			ports = append(ports, p)
+		}
+	}
+	sort.Ints(ports)
+	for _, p := range ports {
+		if s, err := readTrim(filepath.Join(dir, strconv.Itoa(p), "state")); err == nil && strings.HasSuffix(s, "ACTIVE") {
+			return p
+		}
+	}
+	if len(ports) > 0 {
+		return ports[0]
+	}
+	return 0
+}
+
 func readTrim(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -252,6 +277,7 @@ func discoverNICs(root string) ([]NIC, error) {
 		if ents, err := os.ReadDir(filepath.Join(target, "net")); err == nil && len(ents) > 0 {
 			n.Netdev = ents[0].Name()
 		}
+		n.Port = activePort(rootPath(root, "sys", "class", "infiniband", name, "ports"))
 		for _, f := range []string{"pci_bus_id", "numa", "pci_path", "netdev"} {
 			n.setSource(f, BackendSysfs)
 		}

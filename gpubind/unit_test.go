@@ -3,6 +3,7 @@ package gpubind_test
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/gpubind/gpubind/gpubind"
 	"github.com/gpubind/gpubind/rule"
+	"github.com/gpubind/gpubind/tests/fixtures"
 )
 
 func TestCPUSet(t *testing.T) {
@@ -234,3 +236,32 @@ func TestTableRoundTripAndTruncation(t *testing.T) {
 }
 
 func readFile(p string) ([]byte, error) { return os.ReadFile(p) }
+
+// The NIC's port for NCCL_IB_HCA/UCX_NET_DEVICES is its first ACTIVE port, not always 1.
+func TestNICActivePort(t *testing.T) {
+	root := t.TempDir()
+	if out, err := exec.Command("cp", "-a", fixtures.Root("dgxh100")+"/.", root).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, out)
+	}
+	ports := filepath.Join(root, "sys/class/infiniband/mlx5_0/ports")
+	if err := os.WriteFile(filepath.Join(ports, "1", "state"), []byte("1: DOWN\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(ports, "2"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ports, "2", "state"), []byte("4: ACTIVE\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	topo, err := gpubind.DiscoverSysfs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := gpubind.Plan(gpubind.PlanRequest{Topo: topo, Tasks: 2, Option: "closest,nic", Gres: &gpubind.GresConf{AutoDetect: "nvml"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tab.GPUs[0].NIC != "mlx5_0:2" || tab.GPUs[1].NIC != "mlx5_1:1" {
+		t.Errorf("NIC fields %q %q, want mlx5_0:2 (port 1 down) and mlx5_1:1", tab.GPUs[0].NIC, tab.GPUs[1].NIC)
+	}
+}

@@ -166,7 +166,19 @@ bad:
 	return -1;
 }
 
-static int parse_flags(const char *s, unsigned *flags)
+/* The flag names, for the table's "flags" line and the admin's lists. */
+static const struct {
+	unsigned bit;
+	const char *name;
+} flag_names[] = {
+	{ GB_FLAG_VERBOSE, "verbose" },
+	{ GB_FLAG_NIC, "nic" },
+	{ GB_FLAG_CPUS, "cpus" },
+	{ GB_FLAG_ISOLATE, "isolate" },
+};
+#define NFLAG_NAMES (sizeof(flag_names) / sizeof(flag_names[0]))
+
+int gb_flags_parse(const char *s, unsigned *flags)
 {
 	const char *p = s;
 
@@ -174,23 +186,42 @@ static int parse_flags(const char *s, unsigned *flags)
 	if (!strcmp(s, "-"))
 		return 0;
 	while (*p) {
-		size_t l = strcspn(p, ",");
+		size_t l = strcspn(p, ","), i;
 
-		if (l == 7 && !strncmp(p, "verbose", l))
-			*flags |= GB_FLAG_VERBOSE;
-		else if (l == 3 && !strncmp(p, "nic", l))
-			*flags |= GB_FLAG_NIC;
-		else if (l == 4 && !strncmp(p, "cpus", l))
-			*flags |= GB_FLAG_CPUS;
-		else if (l == 7 && !strncmp(p, "isolate", l))
-			*flags |= GB_FLAG_ISOLATE;
-		else
+		for (i = 0; i < NFLAG_NAMES; i++)
+			if (strlen(flag_names[i].name) == l &&
+			    !strncmp(p, flag_names[i].name, l))
+				break;
+		if (i == NFLAG_NAMES)
 			return -1;
+		*flags |= flag_names[i].bit;
 		p += l;
 		if (*p == ',')
 			p++;
 	}
 	return 0;
+}
+
+void gb_flags_format(unsigned flags, char *buf, size_t len)
+{
+	size_t off = 0;
+
+	if (!len)
+		return;
+	buf[0] = '\0';
+	for (size_t i = 0; i < NFLAG_NAMES; i++) {
+		int n;
+
+		if (!(flags & flag_names[i].bit))
+			continue;
+		n = snprintf(buf + off, len - off, "%s%s", off ? "," : "",
+			     flag_names[i].name);
+		if (n < 0 || (size_t) n >= len - off)
+			break;
+		off += (size_t) n;
+	}
+	if (!off)
+		(void) snprintf(buf, len, "-");
 }
 
 /* Split line in place into at most max fields at single spaces. */
@@ -388,7 +419,7 @@ int gb_table_parse(const char *text, size_t len, struct gb_table *t,
 			if (strcmp(f[1], "enforce") && strcmp(f[1], "optional"))
 				goto badline;
 		} else if (!strcmp(f[0], "flags") && nf == 2) {
-			if (parse_flags(f[1], &t->flags))
+			if (gb_flags_parse(f[1], &t->flags))
 				goto badline;
 		} else if (!strcmp(f[0], "rule") && nf == 2) {
 			if (!strcmp(f[1], "table"))
@@ -1037,9 +1068,13 @@ int gb_result_env(const struct gb_table *t, const struct gb_result *r,
 		sb_add(&b, "%s%d", i ? "," : "", t->gpus[r->gpus[i]].numa);
 	sb_add(&b, "\n");
 	g0 = r->ngpus ? &t->gpus[r->gpus[0]] : NULL;
-	if ((t->flags & GB_FLAG_NIC) && g0 && g0->nic[0])
-		sb_add(&b, "NCCL_IB_HCA==%s:1\nUCX_NET_DEVICES=%s:1\n", g0->nic,
-		       g0->nic);
+	/* NIC is NAME:PORT; a table without the port means port 1. */
+	if ((t->flags & GB_FLAG_NIC) && g0 && g0->nic[0]) {
+		const char *port = strchr(g0->nic, ':') ? "" : ":1";
+
+		sb_add(&b, "NCCL_IB_HCA==%s%s\nUCX_NET_DEVICES=%s%s\n", g0->nic,
+		       port, g0->nic, port);
+	}
 	return b.bad ? -1 : 0;
 }
 

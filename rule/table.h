@@ -143,6 +143,11 @@ int gb_result_restrict(const struct gb_table *t, struct gb_result *r,
 		       int (*can_open)(const char *dev), char *err,
 		       size_t errlen);
 
+/* Flag names ("isolate,cpus", "-" for none) to GB_FLAG_* bits: 0, or -1
+ * for an unknown name; and back ("-" for none). */
+int gb_flags_parse(const char *s, unsigned *flags);
+void gb_flags_format(unsigned flags, char *buf, size_t len);
+
 /* CPU list "0-3,8" or "-" into set. Returns 0 or -1. */
 int gb_parse_cpulist(const char *s, cpu_set_t *set);
 /* Format a set as a CPU list ("-" when empty). */

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -51,6 +52,60 @@ static int deny_minors(const char *dir, const unsigned char *allow, char *err,
 	return GB_CG_OK;
 }
 
+/* Does "c 195:*", "c *:*", "c 195:M" (M denied) allow a minor not in allow? */
+static int allows_denied(const char *line, const unsigned char *allow)
+{
+	char type, maj[16], min[16];
+	long m;
+
+	if (sscanf(line, "%c %15[^:]:%15s", &type, maj, min) != 3 ||
+	    (type != 'c' && type != 'a'))
+		return 0;
+	if (strcmp(maj, "*") && atol(maj) != GB_CG_NVIDIA_MAJOR)
+		return 0;
+	if (!strcmp(min, "*"))
+		return 1;
+	m = atol(min);
+	return m >= 0 && m <= GB_CG_MAX_GPU_MINOR && !allow[m];
+}
+
+/*
+ * devices.deny is silently a no-op where the cgroup's allow list has a
+ * wildcard covering the minor ("c 195:* rwm": v1 cannot carve one device
+ * out of it). Read the list back: it shows "a *:* rwm" for a cgroup that
+ * allows by default (our denials are then exceptions and hold), else the
+ * devices it allows, and none of the denied GPUs may be among them.
+ */
+static int check_denied(const char *dir, const unsigned char *allow,
+			char *err, size_t errlen)
+{
+	char path[GB_CG_PATHLEN + 16], list[32768];
+	int rc;
+
+	rc = gb_cg_join(path, sizeof(path), dir, "devices.list", err, errlen);
+	if (!rc)
+		rc = gb_cg_read_file(path, list, sizeof(list), err, errlen);
+	if (rc)
+		return rc;
+	if (!strncmp(list, "a *:* rwm\n", 10))
+		return GB_CG_OK;
+	for (char *p = list, *nl; *p; p = nl + 1) {
+		nl = strchr(p, '\n');
+		if (nl)
+			*nl = '\0';
+		if (allows_denied(p, allow))
+			return gb_cg_errf(err, errlen, GB_CG_REFUSED,
+					  "%s still allows \"%s\" after the "
+					  "denials: its parent's rule is a "
+					  "wildcard that cgroup v1 cannot "
+					  "narrow (allow NVIDIA GPUs one "
+					  "minor at a time)", path, p);
+		if (!nl)
+			break;
+	}
+	return GB_CG_OK;
+}
+
 int gb_cg_v1_apply(struct gb_cg *cg, struct gb_cg_task *t, const char *name,
 		   pid_t pid, const unsigned char *allow, const cpu_set_t *cpus,
 		   const cpu_set_t *mems, char *err, size_t errlen)
@@ -75,6 +130,8 @@ int gb_cg_v1_apply(struct gb_cg *cg, struct gb_cg_task *t, const char *name,
 		}
 		t->applied = 1;
 		rc = deny_minors(t->dev_dir, allow, err, errlen);
+		if (!rc)
+			rc = check_denied(t->dev_dir, allow, err, errlen);
 		if (rc)
 			return rc;
 		rc = gb_cg_move_pid(t->dev_dir, pid, err, errlen);

@@ -297,10 +297,26 @@ static void describe_exit(const struct gb_child_result *res, char *buf,
 		buf[0] = '\0';
 }
 
+/*
+ * The admin's isolate=/cpus= force and never lists (plugstack), applied to
+ * the plan here too: the engine applies them, but it runs as the job's
+ * user, and what the admin forbids must not rest on its table.
+ */
+static void apply_admin_flags(struct gb_table *t)
+{
+	unsigned force = 0, never = 0;
+
+	if (gb_flags_parse(gb_conf.force, &force) ||
+	    gb_flags_parse(gb_conf.never, &never))
+		never = ~0u; /* cannot happen: args.c wrote them */
+	t->flags = (t->flags | force) & ~never;
+}
+
 int gb_stepd_init_post_opt(spank_t sp)
 {
 	uint32_t stepid, ntasks;
 	char option[1024], engine[1024], err[1024], why[2200], ex[128];
+	char flags[64];
 	char *envopt;
 	struct req r = { 0 };
 	struct gb_child_result res;
@@ -385,6 +401,7 @@ int gb_stepd_init_post_opt(spank_t sp)
 	if (res.timed_out)
 		gb_error("warning: %s; the plan it wrote is used", err);
 planned:
+	apply_admin_flags(&plan);
 	for (int i = 0; i < plan.nmessages; i++) {
 		if (plan.status == GB_STATUS_WARN)
 			gb_error("warning: %s", plan.messages[i]);
@@ -392,9 +409,10 @@ planned:
 			gb_verbose("%s", plan.messages[i]);
 	}
 	plan_active = 1;
-	gb_verbose("step plan took %.1f ms (%d tasks, %d GPUs, rule %s%s)",
+	gb_flags_format(plan.flags, flags, sizeof(flags));
+	gb_verbose("step plan took %.1f ms (%d tasks, %d GPUs, rule %s, flags %s%s)",
 		   (gb_now_us() - t0) / 1000.0, plan.ntasks, plan.ngpus,
-		   plan.rule == GB_RULE_NUMA ? "numa" : "table",
+		   plan.rule == GB_RULE_NUMA ? "numa" : "table", flags,
 		   pc.hit ? ", plan cache hit" : "");
 	gb_plancache_end(&pc);
 	/* isolate/cpus: per-task cgroups (cgroup_stepd.c). */
@@ -413,6 +431,7 @@ static int task_failed(const char *what)
 
 int gb_stepd_task_init(spank_t sp)
 {
+	int keep;
 	int lid, failed = 0;
 	uint32_t gid;
 	spank_err_t rc;
@@ -483,7 +502,13 @@ int gb_stepd_task_init(spank_t sp)
 			break;
 		*nl = '\0';
 		*eq = '\0';
-		rc = spank_setenv(sp, p, eq + 1, 1);
+		/* The user's own NIC choice stays: the nic flag only fills in. */
+		keep = !strcmp(p, "NCCL_IB_HCA") || !strcmp(p, "UCX_NET_DEVICES");
+		rc = spank_setenv(sp, p, eq + 1, !keep);
+		if (keep && rc == ESPANK_ENV_EXISTS) {
+			gb_verbose("task %d: %s is set already; kept", lid, p);
+			continue;
+		}
 		if (rc != ESPANK_SUCCESS) {
 			gb_spank_error("spank_setenv", p, rc);
 			ret = task_failed("cannot set the task's environment");

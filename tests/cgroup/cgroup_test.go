@@ -436,6 +436,29 @@ func TestV1InsideSlurmTaskCgroup(t *testing.T) {
 	}
 }
 
+// Review finding (issue 14, LOW): under a parent whose device rule is a wildcard
+// ("c 195:* rwm"), v1 devices.deny of one minor is silently a no-op, so isolate would
+// leave every GPU open. The plugin reads devices.list back and refuses.
+func TestV1WildcardParentRefused(t *testing.T) {
+	m := needV1(t, "devices")
+	dev := fakeGPUs(t)
+	base := testBase(t, m.devices)
+	task := filepath.Join(base, "job_103", "step_0", "task_0")
+	// Top down: v1 changes a cgroup's default only while it has no children.
+	for _, d := range []string{filepath.Join(base, "job_103"), filepath.Join(base, "job_103", "step_0"), task} {
+		mkdirs(t, d)
+		writeFile(t, filepath.Join(d, "devices.deny"), "a")
+		writeFile(t, filepath.Join(d, "devices.allow"), "c 195:* rwm")
+		writeFile(t, filepath.Join(d, "devices.allow"), "c 1:3 rwm")
+	}
+	r := runTask(t, dev, []string{"--version", "1", "--isolate", "--job", job(),
+		"--step-minors", "0,1,2", "--minors", "0", "--slurm-v1-devices", task}, "1")
+	if r.apply != -2 || !strings.Contains(r.applyMsg, "c 195:* rwm") {
+		t.Errorf("want a refusal at apply naming the wildcard, got apply=%d %q; GPU 1 probe %q\n%s",
+			r.apply, r.applyMsg, r.probe["1"], r.raw)
+	}
+}
+
 func TestV1Cpuset(t *testing.T) {
 	m := needV1(t, "cpuset")
 	if runtime.NumCPU() < 2 {

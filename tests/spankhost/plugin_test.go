@@ -263,3 +263,48 @@ func cli(args ...string) (string, error) {
 	}
 	return out.String(), nil
 }
+
+// Review finding (issue 14, LOW): the admin's force/never lists were applied only in the
+// engine, which runs as the job's user. The front end applies them to the plan too: a
+// table that asks for isolate and cpus under isolate=never,cpus=never is used without
+// them, and cpus=force adds cpus to a table without it.
+func TestAdminFlagsInTheFrontEnd(t *testing.T) {
+	build(t)
+	for _, c := range []struct {
+		table string
+		args  []string
+		want  string
+	}{
+		{"isolate,cpus,verbose", []string{"isolate=never", "cpus=never"}, "flags verbose"},
+		{"-", []string{"cpus=force"}, "flags cpus"},
+		{"nic", nil, "flags nic"},
+	} {
+		p := dgxPlan(t, 2, c.table)
+		args := append([]string{"engine=" + bin.engines["table"], "snapshot=" + p, "cache_dir=" + t.TempDir()}, c.args...)
+		r := host(t, []string{"-n", "2", "-e", "SLURM_STEP_GPUS=0,1", "-o", "closest"}, args...)
+		if !strings.Contains(r.stderr, "step plan took") || !strings.Contains(r.stderr, ", "+c.want+")") {
+			t.Errorf("table flags %s with %v: want %q in the plan line:\n%s", c.table, c.args, c.want, r.stderr)
+		}
+	}
+}
+
+// Review finding (issue 14, LOW): the nic flag overwrote an NCCL_IB_HCA the user had set,
+// and always named port 1. The user's NCCL_IB_HCA/UCX_NET_DEVICES stay; the table's NIC
+// field carries the port (NAME:PORT, from the port's state), and an old NAME-only field
+// still means port 1.
+func TestNICKeepsTheUsersChoice(t *testing.T) {
+	build(t)
+	p := dgxPlan(t, 1, "nic")
+	r := host(t, []string{"-n", "1", "-e", "SLURM_STEP_GPUS=0,1", "-e", "NCCL_IB_HCA==mlx5_9:2", "-o", "closest"},
+		"engine="+bin.engines["table"], "snapshot="+p, "cache_dir="+t.TempDir())
+	if env := r.tasks[0]; env["NCCL_IB_HCA"] != "=mlx5_9:2" || env["UCX_NET_DEVICES"] != "mlx5_0:1" {
+		t.Errorf("user's NCCL_IB_HCA: task env %v", env)
+	}
+	body := strings.Replace(string(mustRead(t, p)), "GPU-aaaa 0 mlx5_0", "GPU-aaaa 0 mlx5_0:2", 1)
+	must(t, os.WriteFile(p, []byte(body), 0o644))
+	r = host(t, []string{"-n", "1", "-e", "SLURM_STEP_GPUS=0,1", "-o", "closest"},
+		"engine="+bin.engines["table"], "snapshot="+p, "cache_dir="+t.TempDir())
+	if env := r.tasks[0]; env["NCCL_IB_HCA"] != "=mlx5_0:2" || env["UCX_NET_DEVICES"] != "mlx5_0:2" {
+		t.Errorf("port 2: task env %v", env)
+	}
+}
