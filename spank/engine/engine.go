@@ -37,6 +37,7 @@ type Request struct {
 	Snapshot   string
 	CacheDir   string
 	GresConf   string
+	SlurmConf  string // slurmstepd's own SLURM_CONF ("": unknown)
 	Force      string
 	Never      string
 	NodeName   string
@@ -91,6 +92,8 @@ func ParseRequest(text string) (*Request, error) {
 			r.CacheDir = v
 		case "gres_conf":
 			r.GresConf = v
+		case "slurm_conf":
+			r.SlurmConf = v
 		case "force":
 			r.Force = v
 		case "never":
@@ -193,9 +196,25 @@ func plan(request string) (*gpubind.Table, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Slurm's configuration as the node reads it. What the admin names (slurmstepd's own
+	// SLURM_CONF, the plugstack's gres_conf=, the default paths) is read as root: a
+	// root:slurm 0640 gres.conf is common, and the user cannot choose these files. A
+	// SLURM_CONF from the job's environment is the user's choice: read after the drop.
+	userConf := req.SlurmConf == "" && req.Env["SLURM_CONF"] != ""
+	var nc *gpubind.NodeConf
+	if !userConf {
+		if nc, err = gpubind.LoadNodeConf(req.SlurmConf, req.GresConf, req.NodeName); err != nil {
+			return nil, err
+		}
+	}
 	// Everything after this line runs as the job's user.
 	if err := dropPrivileges(req.UID, req.GID); err != nil {
 		return nil, err
+	}
+	if userConf {
+		if nc, err = gpubind.LoadNodeConf(req.Env["SLURM_CONF"], req.GresConf, req.NodeName); err != nil {
+			return nil, err
+		}
 	}
 	force, err := gpubind.ParseFlags("force", req.Force)
 	if err != nil {
@@ -212,12 +231,6 @@ func plan(request string) (*gpubind.Table, error) {
 			StepGPUs: req.env("SLURM_STEP_GPUS"), JobGPUs: req.env("SLURM_JOB_GPUS"),
 			CudaVisible: req.env("CUDA_VISIBLE_DEVICES"),
 		},
-	}
-	// slurm.conf, cgroup.conf and gres.conf as the node's Slurm reads them (gpubind plan
-	// --slurm-conf reads them with the same function).
-	nc, err := gpubind.LoadNodeConf(req.Env["SLURM_CONF"], req.GresConf, req.NodeName)
-	if err != nil {
-		return nil, err
 	}
 	pr.Numbering, pr.Gres, pr.GresFrom = nc.Numbering, nc.Gres, nc.GresFrom
 	tab, err := gpubind.Plan(pr)

@@ -14,8 +14,10 @@ import (
 )
 
 // TestDropPrivileges runs the engine in a child process (the drop is for good) with
-// uid/gid 65534. The cache is written as root; the gres.conf, read after the drop, is
-// root-only, so the plan must fail with a permission error, which proves the order.
+// uid/gid 65534. The cache is written as root. A root-only gres.conf (as a root:slurm 0640
+// one is to the job's user) is read as root when the admin names it (gres_conf=, or next
+// to slurmstepd's own slurm_conf) and as the user when it comes from the job's
+// SLURM_CONF, where the plan must fail with a permission error: that proves the order.
 func TestDropPrivileges(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to drop privileges")
@@ -31,6 +33,10 @@ func TestDropPrivileges(t *testing.T) {
 	if err := os.WriteFile(secret, []byte("AutoDetect=nvml\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	conf := filepath.Join(dir, "slurm.conf") // gres.conf next to it is the secret one
+	if err := os.WriteFile(conf, []byte("TaskPlugin=task/affinity\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	open := filepath.Join(dir, "open-gres.conf")
 	if err := os.WriteFile(open, []byte("AutoDetect=nvml\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -38,16 +44,18 @@ func TestDropPrivileges(t *testing.T) {
 	cache := filepath.Join(dir, "cache")
 	base := "source=sysfs\nroot=" + fixtures.Root("vm1") + "\ncache_dir=" + cache + "\nlocal_tasks=1\nuid=65534\ngid=65534\nenv.SLURM_STEP_GPUS=0\n"
 	for _, c := range []struct {
-		gres, want string
+		req, want string
 	}{
-		{secret, "permission denied"},
-		{open, "status ok"},
+		{"gres_conf=" + secret, "status ok"},
+		{"gres_conf=" + open, "status ok"},
+		{"slurm_conf=" + conf, "status ok"},
+		{"env.SLURM_CONF=" + conf, "permission denied"},
 	} {
 		cmd := exec.Command(os.Args[0], "-test.run", "^TestDropChild$")
-		cmd.Env = append(os.Environ(), "GPUBIND_DROP_CHILD=1", "GPUBIND_DROP_REQ="+base+"gres_conf="+c.gres+"\n")
+		cmd.Env = append(os.Environ(), "GPUBIND_DROP_CHILD=1", "GPUBIND_DROP_REQ="+base+c.req+"\n")
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), c.want) || !strings.Contains(string(out), "euid=65534 egid=65534 groups=0") {
-			t.Errorf("child with %s: %v\n%s", c.gres, err, out)
+			t.Errorf("child with %s: %v\n%s", c.req, err, out)
 		}
 	}
 	files, _ := filepath.Glob(filepath.Join(cache, "topo-*.json"))

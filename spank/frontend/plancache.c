@@ -48,6 +48,7 @@
 #define PC_KEY_MAX (4 * 1024 * 1024)
 #define PC_TMP_STALE_S 600
 #define PC_DEPENDS_MAX (GB_TABLE_MAX_DEPENDS * 1400)
+#define PC_SETTLE_NS (100LL * 1000 * 1000)
 
 struct buf {
 	char *p;
@@ -202,7 +203,9 @@ static int build_key(struct buf *b, const char *engine, const char *request)
 	bglob(b, path);
 	bstr(b, "\n");
 	bident(b, "snapshot", gb_conf.snapshot);
-	req_value(request, "env.SLURM_CONF", conf, sizeof(conf));
+	req_value(request, "slurm_conf", conf, sizeof(conf));
+	if (!conf[0])
+		req_value(request, "env.SLURM_CONF", conf, sizeof(conf));
 	bident(b, "slurm_conf", conf);
 	confdir[0] = '\0';
 	if (conf[0]) {
@@ -226,28 +229,34 @@ static int build_key(struct buf *b, const char *engine, const char *request)
 	return b->bad ? -1 : 0;
 }
 
+static long long ns_of(const struct timespec *ts)
+{
+	return (long long) ts->tv_sec * 1000000000LL + ts->tv_nsec;
+}
+
 /*
  * The identity of every file the table depends on ("depends" lines: the
  * configuration the engine read, included files too). With begun set (at
- * put), a file changed since one second before the engine started may
- * have been read in either state: -1, do not store. "?" (a file the engine
- * could not name) is -1 too.
+ * put), a file whose ctime is not clearly before the engine started may
+ * have been read in either state: -1, do not store. File times come from
+ * the kernel's coarse clock, at most a few ms behind: PC_SETTLE_NS covers
+ * that. "?" (a file the engine could not name) is -1 too.
  */
 static int depends_ids(struct buf *b, const struct gb_table *t,
-		       const struct timespec *begun)
+		       const struct timespec *begun, const char **why)
 {
 	for (int i = 0; i < t->ndepends; i++) {
 		struct stat st;
 
+		*why = t->depends[i];
 		if (!strcmp(t->depends[i], "?"))
 			return -1;
 		if (begun && !stat(t->depends[i], &st) &&
-		    (st.st_ctim.tv_sec > begun->tv_sec - 1 ||
-		     (st.st_ctim.tv_sec == begun->tv_sec - 1 &&
-		      st.st_ctim.tv_nsec >= begun->tv_nsec)))
+		    ns_of(&st.st_ctim) >= ns_of(begun) - PC_SETTLE_NS)
 			return -1;
 		bident(b, "depends", t->depends[i]);
 	}
+	*why = "";
 	return b->bad ? -1 : 0;
 }
 
@@ -460,7 +469,8 @@ int gb_plancache_get(struct gb_plancache *pc, unsigned ntasks,
 	}
 	{
 		struct buf ids = { 0 };
-		int same = !depends_ids(&ids, t, NULL) &&
+		const char *file;
+		int same = !depends_ids(&ids, t, NULL, &file) &&
 			   ids.len == kl - pc->keylen &&
 			   !memcmp(ids.p ? ids.p : "", data + hl + pc->keylen,
 				   ids.len);
@@ -633,11 +643,13 @@ void gb_plancache_put(struct gb_plancache *pc, const struct gb_table *t,
 		      const char *text, size_t len)
 {
 	struct buf ids = { 0 };
+	const char *file;
 
 	if (!pc->usable || pc->hit)
 		return;
-	if (depends_ids(&ids, t, &pc->begun) || ids.len > PC_DEPENDS_MAX)
-		gb_debug("plan cache not written: a file the plan was made from changed just now, or cannot be named");
+	if (depends_ids(&ids, t, &pc->begun, &file) || ids.len > PC_DEPENDS_MAX)
+		gb_info("plan cache not written: %s, which the plan was made from, changed as the step began, or cannot be named",
+			file[0] ? file : "(too many files)");
 	else
 		store(pc, t, ntasks, res, text, len, ids);
 	free(ids.p);

@@ -241,12 +241,12 @@ static int build_request(spank_t sp, const char *option, struct req *r)
 		(void) snprintf(key, sizeof(key), "env.%s", request_env[i]);
 		/*
 		 * Where gres.conf lives is the daemon's business, not the user's:
-		 * slurmstepd's own SLURM_CONF wins over the job's (which the user
-		 * may set freely). The engine reads it after dropping to the
-		 * user, so either way it can read nothing the user cannot.
+		 * slurmstepd's own SLURM_CONF goes as slurm_conf, which the engine
+		 * reads as root (a root:slurm 0640 gres.conf is common); only
+		 * without it the job's, which the engine reads as the user.
 		 */
 		if (!strcmp(request_env[i], "SLURM_CONF") && getenv("SLURM_CONF")) {
-			req_add(r, key, getenv("SLURM_CONF"));
+			req_add(r, "slurm_conf", getenv("SLURM_CONF"));
 			continue;
 		}
 		v = getenv_alloc(sp, request_env[i], &failed);
