@@ -1,7 +1,7 @@
 /*
  * Decision table parser and the per-task rule (PROTOCOL.md sections 2, 3).
- * Plain C, no Slurm symbols: linked into the plugin and into
- * tests/spankhost/rule_check.
+ * Plain C, no Slurm symbols: compiled into the plugin and, through cgo,
+ * into package rule (rule.go).
  */
 #include "table.h"
 

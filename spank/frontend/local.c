@@ -1,7 +1,7 @@
 /*
  * srun, sbatch and salloc (local and allocator contexts). These are
  * short-lived clients, so the engine may be loaded in-process here to
- * check the option early and to print `help` (DESIGN.md section 3).
+ * check the option early and to print `help` (docs/architecture.md).
  */
 #include "gpubind.h"
 

@@ -50,14 +50,6 @@ void gb_debug(const char *fmt, ...)
 	slurm_debug("%s%s", GB_PREFIX, buf);
 }
 
-void gb_user(const char *fmt, ...)
-{
-	char buf[GB_LOGBUF];
-
-	GB_FORMAT(buf, fmt);
-	slurm_spank_log("%s%s", GB_PREFIX, buf);
-}
-
 void gb_spank_error(const char *call, const char *what, spank_err_t rc)
 {
 	slurm_error("%s%s(%s) failed: %s", GB_PREFIX, call, what,

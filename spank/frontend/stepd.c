@@ -42,7 +42,6 @@ static const char *const request_env[] = {
 	"SLURM_CONF", GB_ENV_OPTION,
 };
 
-/* For H-E's cgroup code: the plan of this step, NULL when unbound. */
 /*
  * The step's CPUs: slurmstepd's own affinity once task/cgroup moved it into
  * the step's cpuset (task_p_pre_setuid, which Slurm runs before
