@@ -166,6 +166,22 @@ bad:
 	return -1;
 }
 
+const struct gb_flag_name gb_flag_names[GB_NFLAGS] = {
+	{ "verbose", GB_FLAG_VERBOSE },
+	{ "nic", GB_FLAG_NIC },
+	{ "cpus", GB_FLAG_CPUS },
+	{ "isolate", GB_FLAG_ISOLATE },
+};
+
+unsigned gb_flag_lookup(const char *s, size_t len)
+{
+	for (int i = 0; i < GB_NFLAGS; i++)
+		if (strlen(gb_flag_names[i].name) == len &&
+		    !strncmp(s, gb_flag_names[i].name, len))
+			return gb_flag_names[i].flag;
+	return 0;
+}
+
 static int parse_flags(const char *s, unsigned *flags)
 {
 	const char *p = s;
@@ -175,17 +191,11 @@ static int parse_flags(const char *s, unsigned *flags)
 		return 0;
 	while (*p) {
 		size_t l = strcspn(p, ",");
+		unsigned f = gb_flag_lookup(p, l);
 
-		if (l == 7 && !strncmp(p, "verbose", l))
-			*flags |= GB_FLAG_VERBOSE;
-		else if (l == 3 && !strncmp(p, "nic", l))
-			*flags |= GB_FLAG_NIC;
-		else if (l == 4 && !strncmp(p, "cpus", l))
-			*flags |= GB_FLAG_CPUS;
-		else if (l == 7 && !strncmp(p, "isolate", l))
-			*flags |= GB_FLAG_ISOLATE;
-		else
+		if (!f)
 			return -1;
+		*flags |= f;
 		p += l;
 		if (*p == ',')
 			p++;

@@ -34,6 +34,21 @@ enum gb_flag {
 	GB_FLAG_ISOLATE = 1 << 3,
 };
 
+/*
+ * The option's flag names, in canonical order: the one list the C side uses
+ * (the table's "flags" line, srun's early check and its help text). Go's list
+ * is gpubind.FlagNames; rule_test.go checks that the two agree.
+ */
+#define GB_NFLAGS 4
+struct gb_flag_name {
+	const char *name;
+	enum gb_flag flag;
+};
+extern const struct gb_flag_name gb_flag_names[GB_NFLAGS];
+
+/* The flag named by the len bytes at s, or 0 when none is. */
+unsigned gb_flag_lookup(const char *s, size_t len);
+
 struct gb_gpu {
 	char visible[96];  /* value for CUDA_VISIBLE_DEVICES */
 	int nvml;          /* physical NVML index */

@@ -28,13 +28,7 @@ static size_t maskbuf_len;
 /* mode=enforce fails the step; mode=optional goes on without cgroups. */
 static int cg_failed(const char *what)
 {
-	if (gb_conf.mode_optional) {
-		gb_error("%s; going on without cgroup binding (mode=optional)",
-			 what);
-		return 0;
-	}
-	gb_error("%s", what);
-	return -1;
+	return gb_failed(what, "going on without cgroup binding", NULL, 0);
 }
 
 /*

@@ -69,6 +69,14 @@ void gb_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void gb_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void gb_verbose(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void gb_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/*
+ * The one enforce/optional decision (plugstack mode=). Logs what failed and
+ * returns -1 under mode=enforce (the callback fails), or logs
+ * "WHAT; UNBOUND (mode=optional)" and returns 0 under mode=optional (the step
+ * goes on with what Slurm set up; unbound says what that means here). msg
+ * (may be NULL) receives the logged text.
+ */
+int gb_failed(const char *what, const char *unbound, char *msg, size_t len);
 /* A failed spank_* call, with its error named. */
 void gb_spank_error(const char *call, const char *what, spank_err_t rc);
 long gb_now_us(void);

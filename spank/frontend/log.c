@@ -50,6 +50,22 @@ void gb_debug(const char *fmt, ...)
 	slurm_debug("%s%s", GB_PREFIX, buf);
 }
 
+int gb_failed(const char *what, const char *unbound, char *msg, size_t len)
+{
+	char buf[GB_LOGBUF];
+	int enforce = !gb_conf.mode_optional;
+
+	if (enforce)
+		(void) snprintf(buf, sizeof(buf), "%s", what);
+	else
+		(void) snprintf(buf, sizeof(buf), "%s; %s (mode=optional)", what,
+				unbound);
+	gb_error("%s", buf);
+	if (msg && len)
+		(void) snprintf(msg, len, "%s", buf);
+	return enforce ? -1 : 0;
+}
+
 void gb_spank_error(const char *call, const char *what, spank_err_t rc)
 {
 	slurm_error("%s%s(%s) failed: %s", GB_PREFIX, call, what,

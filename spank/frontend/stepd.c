@@ -36,7 +36,11 @@ static long plan_start_us;
 static char plan_problem[2400];
 static int plan_problem_fatal;
 
-/* Step environment values handed to the engine (PROTOCOL.md 1). */
+/*
+ * Step environment values handed to the engine: the env.NAME list of
+ * spank/PROTOCOL.md section 1, which the engine reads (envKeys in
+ * spank/engine/engine.go). TestEnvKeysNamedOnce checks all three agree.
+ */
 static const char *const request_env[] = {
 	"SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES",
 	"SLURM_CONF", GB_ENV_OPTION,
@@ -263,14 +267,14 @@ static int build_request(spank_t sp, const char *option, struct req *r)
 	return 0;
 }
 
-/* Plan failed: enforce fails the step, optional runs it unbound. */
+/*
+ * Plan failed: enforce fails the step, optional runs it unbound. Either way
+ * init_post_opt succeeds and the tasks report it (plan_problem).
+ */
 static int plan_failed(const char *what)
 {
-	plan_problem_fatal = !gb_conf.mode_optional;
-	(void) snprintf(plan_problem, sizeof(plan_problem), "%s%s", what,
-			plan_problem_fatal ? "" :
-			"; tasks run unbound (mode=optional)");
-	gb_error("%s", plan_problem);
+	plan_problem_fatal = gb_failed(what, "tasks run unbound", plan_problem,
+				       sizeof(plan_problem)) < 0;
 	return 0;
 }
 
@@ -311,7 +315,8 @@ int gb_stepd_init_post_opt(spank_t sp)
 	if (get_u32(sp, S_JOB_STEPID, "S_JOB_STEPID", &stepid) ||
 	    get_u32(sp, S_JOB_LOCAL_TASK_COUNT, "S_JOB_LOCAL_TASK_COUNT",
 		    &ntasks))
-		return gb_conf.mode_optional ? 0 : -1;
+		return gb_failed("cannot read the step", "tasks run unbound",
+				 NULL, 0);
 	/* These steps only pass the option on to the steps inside them. */
 	if (stepid == SLURM_BATCH_SCRIPT || stepid == SLURM_EXTERN_CONT ||
 	    stepid == SLURM_INTERACTIVE_STEP)
@@ -402,12 +407,7 @@ planned:
 
 static int task_failed(const char *what)
 {
-	if (gb_conf.mode_optional) {
-		gb_error("%s; task runs unbound (mode=optional)", what);
-		return 0;
-	}
-	gb_error("%s", what);
-	return -1;
+	return gb_failed(what, "task runs unbound", NULL, 0);
 }
 
 int gb_stepd_task_init(spank_t sp)
