@@ -88,6 +88,8 @@ int gb_local_init_post_opt(spank_t sp);
 /* stepd.c */
 int gb_stepd_init_post_opt(spank_t sp);
 int gb_stepd_task_init(spank_t sp);
+int gb_stepd_task_post_fork(spank_t sp);
+int gb_stepd_task_exit(spank_t sp);
 void gb_stepd_user_init(void);
 void gb_stepd_exit(void);
 /* The CPUs the step may use (its cpuset), NULL when unknown. */
