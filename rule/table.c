@@ -357,17 +357,36 @@ static int line_end(struct parser *ps, char **f, int nf)
 	return 0;
 }
 
+/* The index of s in names (n of them), or -1. */
+static int keyword(const char *s, const char *const *names, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(s, names[i]))
+			return i;
+	return -1;
+}
+
+/* Field 1 as a number in lo..hi into *dst. */
+static int int_field(char **f, long lo, long hi, int *dst)
+{
+	long v;
+
+	if (parse_int(f[1], lo, hi, &v))
+		return LINE_MALFORMED;
+	*dst = (int) v;
+	return 0;
+}
+
 static int line_status(struct parser *ps, char **f, int nf)
 {
+	/* In the order of enum gb_status. */
+	static const char *const names[] = { "ok", "warn", "error" };
+	int k = keyword(f[1], names, 3);
+
 	(void) nf;
-	if (!strcmp(f[1], "ok"))
-		ps->t->status = GB_STATUS_OK;
-	else if (!strcmp(f[1], "warn"))
-		ps->t->status = GB_STATUS_WARN;
-	else if (!strcmp(f[1], "error"))
-		ps->t->status = GB_STATUS_ERROR;
-	else
+	if (k < 0)
 		return LINE_MALFORMED;
+	ps->t->status = (enum gb_status) k;
 	ps->have_status = 1;
 	return 0;
 }
@@ -375,11 +394,11 @@ static int line_status(struct parser *ps, char **f, int nf)
 /* The plugstack's mode decides; the line is checked only. */
 static int line_mode(struct parser *ps, char **f, int nf)
 {
+	static const char *const names[] = { "enforce", "optional" };
+
 	(void) ps;
 	(void) nf;
-	if (strcmp(f[1], "enforce") && strcmp(f[1], "optional"))
-		return LINE_MALFORMED;
-	return 0;
+	return keyword(f[1], names, 2) < 0 ? LINE_MALFORMED : 0;
 }
 
 static int line_flags(struct parser *ps, char **f, int nf)
@@ -390,37 +409,28 @@ static int line_flags(struct parser *ps, char **f, int nf)
 
 static int line_rule(struct parser *ps, char **f, int nf)
 {
+	/* In the order of enum gb_rule. */
+	static const char *const names[] = { "table", "numa" };
+	int k = keyword(f[1], names, 2);
+
 	(void) nf;
-	if (!strcmp(f[1], "table"))
-		ps->t->rule = GB_RULE_TABLE;
-	else if (!strcmp(f[1], "numa"))
-		ps->t->rule = GB_RULE_NUMA;
-	else
+	if (k < 0)
 		return LINE_MALFORMED;
+	ps->t->rule = (enum gb_rule) k;
 	ps->have_rule = 1;
 	return 0;
 }
 
 static int line_share(struct parser *ps, char **f, int nf)
 {
-	long v;
-
 	(void) nf;
-	if (parse_int(f[1], 1, GB_TABLE_MAX_SHARE, &v))
-		return LINE_MALFORMED;
-	ps->t->share = (int) v;
-	return 0;
+	return int_field(f, 1, GB_TABLE_MAX_SHARE, &ps->t->share);
 }
 
 static int line_per_task(struct parser *ps, char **f, int nf)
 {
-	long v;
-
 	(void) nf;
-	if (parse_int(f[1], 1, GB_MAX_PER_TASK, &v))
-		return LINE_MALFORMED;
-	ps->t->per_task = (int) v;
-	return 0;
+	return int_field(f, 1, GB_MAX_PER_TASK, &ps->t->per_task);
 }
 
 static int line_ntasks(struct parser *ps, char **f, int nf)

@@ -51,6 +51,20 @@ static int deny_minors(const char *dir, const unsigned char *allow, char *err,
 	return GB_CG_OK;
 }
 
+/* One of t's cgroups, made fresh; cleared when that fails (nothing to undo). */
+static int mkdir_task(struct gb_cg_task *t, char *dir, char *err,
+		      size_t errlen)
+{
+	int rc = gb_cg_mkdir_fresh(dir, err, errlen);
+
+	if (rc) {
+		dir[0] = '\0';
+		return rc;
+	}
+	t->applied = 1;
+	return 0;
+}
+
 int gb_cg_v1_apply(struct gb_cg *cg, struct gb_cg_task *t, const char *name,
 		   pid_t pid, const unsigned char *allow, const cpu_set_t *cpus,
 		   const cpu_set_t *mems, char *err, size_t errlen)
@@ -68,12 +82,9 @@ int gb_cg_v1_apply(struct gb_cg *cg, struct gb_cg_task *t, const char *name,
 				err, errlen);
 		if (rc)
 			return rc;
-		rc = gb_cg_mkdir_fresh(t->dev_dir, err, errlen);
-		if (rc) {
-			t->dev_dir[0] = '\0';
+		rc = mkdir_task(t, t->dev_dir, err, errlen);
+		if (rc)
 			return rc;
-		}
-		t->applied = 1;
 		rc = deny_minors(t->dev_dir, allow, err, errlen);
 		if (rc)
 			return rc;
@@ -98,12 +109,9 @@ int gb_cg_v1_apply(struct gb_cg *cg, struct gb_cg_task *t, const char *name,
 	    (rc = gb_cg_join(t->cpuset_dir, sizeof(t->cpuset_dir), parent,
 			     name, err, errlen)))
 		return rc;
-	rc = gb_cg_mkdir_fresh(t->cpuset_dir, err, errlen);
-	if (rc) {
-		t->cpuset_dir[0] = '\0';
+	rc = mkdir_task(t, t->cpuset_dir, err, errlen);
+	if (rc)
 		return rc;
-	}
-	t->applied = 1;
 	rc = gb_cg_narrow_cpuset(t->cpuset_dir, pc, pm, cpus, mems, err,
 				 errlen);
 	if (rc)
