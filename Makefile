@@ -37,7 +37,6 @@ GO_LDFLAGS   := -X github.com/gpubind/gpubind/gpubind.Version=$(VERSION)
 GOTESTFLAGS  ?=
 # go-nvml's header marks many calls deprecated; those warnings say nothing about our code.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
-CFLAGS_WARN  := -Wall -Wextra -Werror -O2 -g -fPIC -fvisibility=hidden -D_GNU_SOURCE
 PMIX_CFLAGS  := $(shell pkg-config --cflags pmix 2>/dev/null)
 PMIX_LIBS    := $(shell pkg-config --libs pmix 2>/dev/null)
 
@@ -69,7 +68,7 @@ cli:
 	$(GO) build -trimpath -ldflags "$(GO_LDFLAGS) -X main.builtPluginDir=$(SLURM_PLUGINDIR)" -o $(BUILD)/gpubind ./cmd/gpubind
 	$(GO) build -trimpath -o $(BUILD)/nvmlcost ./tests/gpu/nvmlcost
 
-# ---- engine + plugin (issue: SPANK plugin) --------------------------------------------------
+# ---- engine + plugin (SPANK) ----------------------------------------------------------------
 engine:
 	@mkdir -p $(BUILD)
 	@if [ -d spank/engine ]; then $(GO) build -trimpath -ldflags "$(GO_LDFLAGS)" -buildmode=c-shared \
@@ -78,7 +77,7 @@ engine:
 plugin: engine
 	@if [ -d spank/frontend ]; then $(MAKE) -s -C spank/frontend BUILD=$(abspath $(BUILD)) SLURM_PREFIX=$(SLURM_PREFIX); fi
 
-# ---- helper library (issue: libgpuhelper) ---------------------------------------------------
+# ---- helper library (libgpuhelper) ----------------------------------------------------------
 helper:
 	@mkdir -p $(BUILD)
 	@if [ -f lib/Makefile.inc ]; then $(MAKE) -s -f lib/Makefile.inc BUILD=$(abspath $(BUILD)); fi

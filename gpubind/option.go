@@ -34,23 +34,47 @@ type Flags struct {
 	Isolate bool // per-task cgroup device isolation (applied by the front end)
 }
 
+// flagDefs is the one list of the option's flags, in canonical order: the parser, String,
+// the help text and the error messages read it. The C side's list is gb_flag_names
+// (rule/table.c); rule's TestFlagNamesAgree checks that the two agree.
+var flagDefs = []struct {
+	name  string
+	field func(*Flags) *bool
+	help  string
+}{
+	{"verbose", func(f *Flags) *bool { return &f.Verbose }, "print each task's mapping on stderr"},
+	{"nic", func(f *Flags) *bool { return &f.NIC }, `set NCCL_IB_HCA==NIC:1 and UCX_NET_DEVICES=NIC:1 to the GPU's closest
+RDMA NIC (this overrides NCCL's own rail and PXN choice)`},
+	{"cpus", func(f *Flags) *bool { return &f.CPUs }, "bind the task's CPUs to its GPU's NUMA node (when Slurm did not bind)"},
+	{"isolate", func(f *Flags) *bool { return &f.Isolate }, `allow each task only its own GPU device (cgroup); breaks CUDA IPC/P2P
+between the tasks of the step`},
+}
+
 // FlagNames lists the flags in their canonical order.
-var FlagNames = []string{"verbose", "nic", "cpus", "isolate"}
+var FlagNames = func() []string {
+	names := make([]string, len(flagDefs))
+	for i, d := range flagDefs {
+		names[i] = d.name
+	}
+	return names
+}()
+
+// field is the named flag of f, or nil when name is no flag.
+func (f *Flags) field(name string) *bool {
+	for _, d := range flagDefs {
+		if d.name == name {
+			return d.field(f)
+		}
+	}
+	return nil
+}
 
 func (f *Flags) set(name string, v bool) bool {
-	switch name {
-	case "verbose":
-		f.Verbose = v
-	case "nic":
-		f.NIC = v
-	case "cpus":
-		f.CPUs = v
-	case "isolate":
-		f.Isolate = v
-	default:
-		return false
+	p := f.field(name)
+	if p != nil {
+		*p = v
 	}
-	return true
+	return p != nil
 }
 
 // String is the comma list of set flags in canonical order, or "-".
@@ -69,17 +93,8 @@ func (f Flags) String() string {
 
 // Has reports whether the named flag is set.
 func (f Flags) Has(name string) bool {
-	switch name {
-	case "verbose":
-		return f.Verbose
-	case "nic":
-		return f.NIC
-	case "cpus":
-		return f.CPUs
-	case "isolate":
-		return f.Isolate
-	}
-	return false
+	p := f.field(name)
+	return p != nil && *p
 }
 
 // Apply returns f with the admin's forced flags set and forbidden flags cleared.
@@ -134,29 +149,76 @@ func (o Option) String() string {
 	return p
 }
 
+// policyDefs is the one list of the policies, in the order the help text and the error
+// messages give them: the parser accepts exactly these names.
+var policyDefs = []struct {
+	name string
+	arg  string // what follows "name:", "" for none
+	help string
+}{
+	{PolicyClosest, "", `(default) the GPU on the NUMA node of the task's CPUs; without a CPU
+binding, spread tasks evenly over NUMA nodes and GPUs (GPU-first)`},
+	{PolicyPack, "", "fill groups of GPUs joined by the best links (NVLink, PCIe switch) first"},
+	{PolicySpread, "", "spread tasks over NUMA nodes and PCIe switches as far apart as possible"},
+	{PolicyMap, "LIST", `explicit GPU per task, Slurm map_gpu style: GRES indices (as in
+SLURM_STEP_GPUS / --gpu-bind=map_gpu) or GPU-/MIG- UUIDs; 0*4 repeats,
+the list is reused when tasks outnumber it (map:0,1,2*2)`},
+	{PolicyPerTask, "N", "the N best-connected GPUs per task"},
+	{PolicySingle, "N", "N tasks share one GPU"},
+	{PolicyOff, "", "do nothing"},
+}
+
+func isPolicy(name string) bool {
+	for _, d := range policyDefs {
+		if d.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// policyList is "closest, pack, ..., map:LIST, ..., off", for error messages.
+func policyList() string {
+	var names []string
+	for _, d := range policyDefs {
+		if d.arg != "" {
+			names = append(names, d.name+":"+d.arg)
+		} else {
+			names = append(names, d.name)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
 // PolicyHelpText lists the policies and flags; the srun option's help prints it.
-const PolicyHelpText = `--gpu-bind-topo[=POLICY][,FLAG...]   bind each task to the GPU(s) nearest to it
-Policies:
-  closest      (default) the GPU on the NUMA node of the task's CPUs; without a CPU
-               binding, spread tasks evenly over NUMA nodes and GPUs (GPU-first)
-  pack         fill groups of GPUs joined by the best links (NVLink, PCIe switch) first
-  spread       spread tasks over NUMA nodes and PCIe switches as far apart as possible
-  map:LIST     explicit GPU per task, Slurm map_gpu style: GRES indices (as in
-               SLURM_STEP_GPUS / --gpu-bind=map_gpu) or GPU-/MIG- UUIDs; 0*4 repeats,
-               the list is reused when tasks outnumber it (map:0,1,2*2)
-  per-task:N   the N best-connected GPUs per task
-  single:N     N tasks share one GPU
-  off          do nothing
-Flags:
-  verbose      print each task's mapping on stderr
-  nic          set NCCL_IB_HCA==NIC:1 and UCX_NET_DEVICES=NIC:1 to the GPU's closest
-               RDMA NIC (this overrides NCCL's own rail and PXN choice)
-  cpus         bind the task's CPUs to its GPU's NUMA node (when Slurm did not bind)
-  isolate      allow each task only its own GPU device (cgroup); breaks CUDA IPC/P2P
-               between the tasks of the step
-Examples: --gpu-bind-topo  --gpu-bind-topo=closest,verbose  --gpu-bind-topo=map:3,2,1,0
+var PolicyHelpText = helpText()
+
+func helpText() string {
+	var b strings.Builder
+	item := func(name, help string) {
+		lines := strings.Split(help, "\n")
+		fmt.Fprintf(&b, "  %-13s%s\n", name, lines[0])
+		for _, l := range lines[1:] {
+			fmt.Fprintf(&b, "%15s%s\n", "", l)
+		}
+	}
+	b.WriteString("--gpu-bind-topo[=POLICY][,FLAG...]   bind each task to the GPU(s) nearest to it\nPolicies:\n")
+	for _, d := range policyDefs {
+		name := d.name
+		if d.arg != "" {
+			name += ":" + d.arg
+		}
+		item(name, d.help)
+	}
+	b.WriteString("Flags:\n")
+	for _, d := range flagDefs {
+		item(d.name, d.help)
+	}
+	b.WriteString(`Examples: --gpu-bind-topo  --gpu-bind-topo=closest,verbose  --gpu-bind-topo=map:3,2,1,0
           --gpu-bind-topo=per-task:2,nic  --gpu-bind-topo=single:2
-`
+`)
+	return b.String()
+}
 
 // ParseOption parses POLICY[,FLAG...] ("" is closest; a value that starts with a flag
 // also means closest). Map entries continue across commas until a flag.
@@ -189,11 +251,9 @@ func ParseOption(s string) (Option, error) {
 			}
 			continue
 		}
-		switch name {
-		case PolicyClosest, PolicyPack, PolicySpread, PolicyOff, PolicyMap, PolicyPerTask, PolicySingle:
-		default:
-			return o, fmt.Errorf("option %q: unknown policy or flag %q; policies are closest, pack, spread, map:LIST, per-task:N, single:N, off; flags are %s",
-				s, t, strings.Join(FlagNames, ", "))
+		if !isPolicy(name) {
+			return o, fmt.Errorf("option %q: unknown policy or flag %q; policies are %s; flags are %s",
+				s, t, policyList(), strings.Join(FlagNames, ", "))
 		}
 		if policySet || i > 0 {
 			return o, fmt.Errorf("option %q: second policy %q; give one policy, first, then flags", s, t)

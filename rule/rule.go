@@ -91,6 +91,15 @@ const (
 	MaxPerTask = C.GB_MAX_PER_TASK
 )
 
+// FlagNames is the C side's list of the option's flags (gb_flag_names), in order.
+func FlagNames() []string {
+	names := make([]string, C.GB_NFLAGS)
+	for i := range names {
+		names[i] = C.GoString(C.gb_flag_names[i].name)
+	}
+	return names
+}
+
 // Task is what the front end knows about a task in slurm_spank_task_init.
 type Task struct {
 	Local    int    // local task id

@@ -208,6 +208,19 @@ func TestLimitsAgree(t *testing.T) {
 	}
 }
 
+// The C side's flag names (table parser, srun's early check, help) are Go's, in order.
+func TestFlagNamesAgree(t *testing.T) {
+	if c, g := strings.Join(rule.FlagNames(), ","), strings.Join(gpubind.FlagNames, ","); c != g {
+		t.Errorf("flag names: C %s, Go %s", c, g)
+	}
+	for _, n := range gpubind.FlagNames {
+		text := "gpubind-plan 1\nstatus error\nflags " + n + "\nend 3\n"
+		if _, err := rule.Parse(text); err != nil {
+			t.Errorf("flag %s: the C parser refuses it: %v", n, err)
+		}
+	}
+}
+
 // FuzzParse feeds arbitrary text to the front end's table parser and applies the rule to
 // every task of whatever parses, with a fuzzed bind list: no crash, and only GPUs of the
 // table come out.

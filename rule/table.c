@@ -1,7 +1,7 @@
 /*
  * Decision table parser and the per-task rule (PROTOCOL.md sections 2, 3).
- * Plain C, no Slurm symbols: linked into the plugin and into
- * tests/spankhost/rule_check.
+ * Plain C, no Slurm symbols: compiled into the plugin and, through cgo,
+ * into package rule (rule.go).
  */
 #include "table.h"
 
@@ -166,17 +166,21 @@ bad:
 	return -1;
 }
 
-/* The flag names, for the table's "flags" line and the admin's lists. */
-static const struct {
-	unsigned bit;
-	const char *name;
-} flag_names[] = {
-	{ GB_FLAG_VERBOSE, "verbose" },
-	{ GB_FLAG_NIC, "nic" },
-	{ GB_FLAG_CPUS, "cpus" },
-	{ GB_FLAG_ISOLATE, "isolate" },
+const struct gb_flag_name gb_flag_names[GB_NFLAGS] = {
+	{ "verbose", GB_FLAG_VERBOSE },
+	{ "nic", GB_FLAG_NIC },
+	{ "cpus", GB_FLAG_CPUS },
+	{ "isolate", GB_FLAG_ISOLATE },
 };
-#define NFLAG_NAMES (sizeof(flag_names) / sizeof(flag_names[0]))
+
+unsigned gb_flag_lookup(const char *s, size_t len)
+{
+	for (int i = 0; i < GB_NFLAGS; i++)
+		if (strlen(gb_flag_names[i].name) == len &&
+		    !strncmp(s, gb_flag_names[i].name, len))
+			return gb_flag_names[i].flag;
+	return 0;
+}
 
 int gb_flags_parse(const char *s, unsigned *flags)
 {
@@ -186,15 +190,12 @@ int gb_flags_parse(const char *s, unsigned *flags)
 	if (!strcmp(s, "-"))
 		return 0;
 	while (*p) {
-		size_t l = strcspn(p, ","), i;
+		size_t l = strcspn(p, ",");
+		unsigned f = gb_flag_lookup(p, l);
 
-		for (i = 0; i < NFLAG_NAMES; i++)
-			if (strlen(flag_names[i].name) == l &&
-			    !strncmp(p, flag_names[i].name, l))
-				break;
-		if (i == NFLAG_NAMES)
+		if (!f)
 			return -1;
-		*flags |= flag_names[i].bit;
+		*flags |= f;
 		p += l;
 		if (*p == ',')
 			p++;
@@ -209,13 +210,13 @@ void gb_flags_format(unsigned flags, char *buf, size_t len)
 	if (!len)
 		return;
 	buf[0] = '\0';
-	for (size_t i = 0; i < NFLAG_NAMES; i++) {
+	for (int i = 0; i < GB_NFLAGS; i++) {
 		int n;
 
-		if (!(flags & flag_names[i].bit))
+		if (!(flags & gb_flag_names[i].flag))
 			continue;
 		n = snprintf(buf + off, len - off, "%s%s", off ? "," : "",
-			     flag_names[i].name);
+			     gb_flag_names[i].name);
 		if (n < 0 || (size_t) n >= len - off)
 			break;
 		off += (size_t) n;
@@ -249,12 +250,6 @@ static int copy_field(char *dst, size_t len, const char *src)
 	strcpy(dst, src);
 	return 0;
 }
-
-struct pending_numagpus {
-	int node;
-	int *ids;
-	int n;
-};
 
 void gb_table_free(struct gb_table *t)
 {
@@ -311,15 +306,493 @@ static int index_units(struct gb_table *t)
 	return 0;
 }
 
+/* ---- table parser ------------------------------------------------------ */
+
+/* A "numagpus" line, kept until every "numa" and "gpu" line is read. */
+struct pending_numagpus {
+	int node;
+	int *ids;
+	int n;
+};
+
+/* What gb_table_parse knows between lines. */
+struct parser {
+	struct gb_table *t;
+	int lineno;
+	int have_status, have_rule, have_ntasks, ended;
+	int ngpus_cap, nnuma_cap, nmsg_cap;
+	struct pending_numagpus *ng;
+	int nng, ng_cap;
+	char *err;
+	size_t errlen;
+};
+
+/* What a line parser returns besides 0; LINE_FAILED: err is set. */
+enum { LINE_MALFORMED = 1, LINE_OOM = 2, LINE_FAILED = 3 };
+
+/*
+ * arr (room for *cap elements of sz bytes) with room for n + 1: arr itself,
+ * or reallocated to twice the room (first the first time); NULL when out of
+ * memory (arr is then unchanged).
+ */
+static void *grow(void *arr, int *cap, int n, size_t sz, int first)
+{
+	void *x;
+	int c;
+
+	if (n < *cap)
+		return arr;
+	c = *cap ? 2 * *cap : first;
+	x = realloc(arr, (size_t) c * sz);
+	if (x)
+		*cap = c;
+	return x;
+}
+
+static int line_message(struct parser *ps, const char *p)
+{
+	struct gb_table *t = ps->t;
+	char **m = grow(t->messages, &ps->nmsg_cap, t->nmessages, sizeof(*m), 4);
+
+	if (!m)
+		return LINE_OOM;
+	t->messages = m;
+	t->messages[t->nmessages] = strdup(p[7] ? p + 8 : "");
+	if (!t->messages[t->nmessages])
+		return LINE_OOM;
+	t->nmessages++;
+	return 0;
+}
+
+static int line_end(struct parser *ps, char **f, int nf)
+{
+	long v;
+
+	(void) nf;
+	if (parse_int(f[1], 0, INT_MAX, &v) || v != ps->lineno - 1) {
+		seterr(ps->err, ps->errlen,
+		       "plan truncated or corrupt: end line says %s lines, %d were read",
+		       f[1], ps->lineno - 1);
+		return LINE_FAILED;
+	}
+	ps->ended = 1;
+	return 0;
+}
+
+/* The index of s in names (n of them), or -1. */
+static int keyword(const char *s, const char *const *names, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(s, names[i]))
+			return i;
+	return -1;
+}
+
+/* Field 1 as a number in lo..hi into *dst. */
+static int int_field(char **f, long lo, long hi, int *dst)
+{
+	long v;
+
+	if (parse_int(f[1], lo, hi, &v))
+		return LINE_MALFORMED;
+	*dst = (int) v;
+	return 0;
+}
+
+static int line_status(struct parser *ps, char **f, int nf)
+{
+	/* In the order of enum gb_status. */
+	static const char *const names[] = { "ok", "warn", "error" };
+	int k = keyword(f[1], names, 3);
+
+	(void) nf;
+	if (k < 0)
+		return LINE_MALFORMED;
+	ps->t->status = (enum gb_status) k;
+	ps->have_status = 1;
+	return 0;
+}
+
+/* The plugstack's mode decides; the line is checked only. */
+static int line_mode(struct parser *ps, char **f, int nf)
+{
+	static const char *const names[] = { "enforce", "optional" };
+
+	(void) ps;
+	(void) nf;
+	return keyword(f[1], names, 2) < 0 ? LINE_MALFORMED : 0;
+}
+
+static int line_flags(struct parser *ps, char **f, int nf)
+{
+	(void) nf;
+	return gb_flags_parse(f[1], &ps->t->flags) ? LINE_MALFORMED : 0;
+}
+
+static int line_rule(struct parser *ps, char **f, int nf)
+{
+	/* In the order of enum gb_rule. */
+	static const char *const names[] = { "table", "numa" };
+	int k = keyword(f[1], names, 2);
+
+	(void) nf;
+	if (k < 0)
+		return LINE_MALFORMED;
+	ps->t->rule = (enum gb_rule) k;
+	ps->have_rule = 1;
+	return 0;
+}
+
+static int line_share(struct parser *ps, char **f, int nf)
+{
+	(void) nf;
+	return int_field(f, 1, GB_TABLE_MAX_SHARE, &ps->t->share);
+}
+
+static int line_per_task(struct parser *ps, char **f, int nf)
+{
+	(void) nf;
+	return int_field(f, 1, GB_MAX_PER_TASK, &ps->t->per_task);
+}
+
+static int line_ntasks(struct parser *ps, char **f, int nf)
+{
+	struct gb_table *t = ps->t;
+	long v;
+
+	(void) nf;
+	if (ps->have_ntasks || parse_int(f[1], 0, GB_TABLE_MAX_TASKS, &v))
+		return LINE_MALFORMED;
+	t->ntasks = (int) v;
+	t->tasks = calloc(v ? v : 1, sizeof(*t->tasks));
+	if (!t->tasks)
+		return LINE_OOM;
+	ps->have_ntasks = 1;
+	return 0;
+}
+
+static int line_numa(struct parser *ps, char **f, int nf)
+{
+	struct gb_table *t = ps->t;
+	struct gb_numa *n;
+	long v;
+
+	(void) nf;
+	if (parse_int(f[1], 0, GB_TABLE_MAX_NUMA - 1, &v))
+		return LINE_MALFORMED;
+	for (int i = 0; i < t->nnuma; i++)
+		if (t->numa[i].node == v)
+			return LINE_MALFORMED;
+	n = grow(t->numa, &ps->nnuma_cap, t->nnuma, sizeof(*n), 4);
+	if (!n)
+		return LINE_OOM;
+	t->numa = n;
+	n = &t->numa[t->nnuma];
+	memset(n, 0, sizeof(*n));
+	n->node = (int) v;
+	if (gb_parse_cpulist(f[2], &n->cpus))
+		return LINE_MALFORMED;
+	CPU_OR(&t->node_cpus, &t->node_cpus, &n->cpus);
+	t->nnuma++;
+	return 0;
+}
+
+/* gpu ID VISIBLE NVMLINDEX MINOR BUSID UUID NUMA NIC [DEV] */
+static int line_gpu(struct parser *ps, char **f, int nf)
+{
+	struct gb_table *t = ps->t;
+	struct gb_gpu *g;
+	long v;
+
+	if (parse_int(f[1], 0, GB_TABLE_MAX_GPUS - 1, &v) || v != t->ngpus)
+		return LINE_MALFORMED;
+	g = grow(t->gpus, &ps->ngpus_cap, t->ngpus, sizeof(*g), 8);
+	if (!g)
+		return LINE_OOM;
+	t->gpus = g;
+	g = &t->gpus[t->ngpus];
+	memset(g, 0, sizeof(*g));
+	if (!strcmp(f[2], "-") ||
+	    copy_field(g->visible, sizeof(g->visible), f[2]))
+		return LINE_MALFORMED;
+	if (parse_int(f[3], -1, INT_MAX, &v))
+		return LINE_MALFORMED;
+	g->nvml = (int) v;
+	if (parse_int(f[4], -1, INT_MAX, &v))
+		return LINE_MALFORMED;
+	g->minor = (int) v;
+	if (copy_field(g->busid, sizeof(g->busid), f[5]) ||
+	    copy_field(g->uuid, sizeof(g->uuid), f[6]))
+		return LINE_MALFORMED;
+	if (parse_int(f[7], -1, 1 << 16, &v))
+		return LINE_MALFORMED;
+	g->numa = (int) v;
+	if (copy_field(g->nic, sizeof(g->nic), f[8]))
+		return LINE_MALFORMED;
+	/* DEV came later; a 9-field line has none. */
+	if (nf == 10 && copy_field(g->dev, sizeof(g->dev), f[9]))
+		return LINE_MALFORMED;
+	t->ngpus++;
+	return 0;
+}
+
+/* Kept until the end: its node's numa line and its GPUs may come later. */
+static int line_numagpus(struct parser *ps, char **f, int nf)
+{
+	struct pending_numagpus *ng;
+	long v;
+
+	(void) nf;
+	ng = grow(ps->ng, &ps->ng_cap, ps->nng, sizeof(*ng), 4);
+	if (!ng)
+		return LINE_OOM;
+	ps->ng = ng;
+	ng = &ps->ng[ps->nng];
+	if (parse_int(f[1], 0, 1 << 16, &v))
+		return LINE_MALFORMED;
+	ng->node = (int) v;
+	if (parse_idlist(f[2], &ng->ids, &ng->n))
+		return LINE_MALFORMED;
+	ps->nng++;
+	return 0;
+}
+
+static int line_depends(struct parser *ps, char **f, int nf)
+{
+	struct gb_table *t = ps->t;
+
+	(void) nf;
+	if (t->ndepends == GB_TABLE_MAX_DEPENDS)
+		return LINE_MALFORMED;
+	t->depends[t->ndepends] = strdup(f[1]);
+	if (!t->depends[t->ndepends])
+		return LINE_OOM;
+	t->ndepends++;
+	return 0;
+}
+
+static int line_fallback(struct parser *ps, char **f, int nf)
+{
+	struct gb_table *t = ps->t;
+
+	(void) nf;
+	free(t->fallback);
+	if (parse_idlist(f[1], &t->fallback, &t->nfallback))
+		return LINE_MALFORMED;
+	return 0;
+}
+
+/* task LOCALID GPUIDS CPULIST */
+static int line_task(struct parser *ps, char **f, int nf)
+{
+	struct gb_table *t = ps->t;
+	struct gb_task *tk;
+	long v;
+
+	(void) nf;
+	if (!ps->have_ntasks || parse_int(f[1], 0, INT_MAX, &v) ||
+	    v >= t->ntasks || t->tasks[v].seen)
+		return LINE_MALFORMED;
+	tk = &t->tasks[v];
+	tk->seen = 1;
+	if (parse_idlist(f[2], &tk->gpus, &tk->ngpus))
+		return LINE_MALFORMED;
+	if (strcmp(f[3], "-")) {
+		if (gb_parse_cpulist(f[3], &tk->cpus))
+			return LINE_MALFORMED;
+		tk->has_cpus = 1;
+	}
+	return 0;
+}
+
+/* The line types of PROTOCOL.md section 2 but "message", by first field. */
+static const struct line_type {
+	const char *name;
+	int min_fields, max_fields;
+	int (*parse)(struct parser *ps, char **f, int nf);
+} line_types[] = {
+	{ "end", 2, 2, line_end },
+	{ "status", 2, 2, line_status },
+	{ "mode", 2, 2, line_mode },
+	{ "flags", 2, 2, line_flags },
+	{ "rule", 2, 2, line_rule },
+	{ "share", 2, 2, line_share },
+	{ "per_task", 2, 2, line_per_task },
+	{ "ntasks", 2, 2, line_ntasks },
+	{ "numa", 3, 3, line_numa },
+	{ "gpu", 9, 10, line_gpu },
+	{ "numagpus", 3, 3, line_numagpus },
+	{ "depends", 2, 2, line_depends },
+	{ "fallback", 2, 2, line_fallback },
+	{ "task", 4, 4, line_task },
+};
+
+/* One line (NUL-terminated, without its newline), by its type. */
+static int parse_line(struct parser *ps, char *p)
+{
+	char *f[10];
+	int nf;
+
+	if (ps->lineno == 1) {
+		if (strcmp(p, "gpubind-plan 1")) {
+			seterr(ps->err, ps->errlen,
+			       "plan line 1 is not \"gpubind-plan 1\"");
+			return LINE_FAILED;
+		}
+		return 0;
+	}
+	if (!strncmp(p, "message ", 8) || !strcmp(p, "message"))
+		return line_message(ps, p);
+	nf = split(p, f, 10);
+	if (nf < 0)
+		return LINE_MALFORMED;
+	for (size_t i = 0; i < sizeof(line_types) / sizeof(line_types[0]); i++)
+		if (!strcmp(f[0], line_types[i].name) &&
+		    nf >= line_types[i].min_fields &&
+		    nf <= line_types[i].max_fields)
+			return line_types[i].parse(ps, f, nf);
+	return LINE_MALFORMED;
+}
+
+/* The numagpus lines onto their numa lines, checked against the gpu lines. */
+static int resolve_numagpus(struct parser *ps)
+{
+	struct gb_table *t = ps->t;
+
+	for (int i = 0; i < ps->nng; i++) {
+		struct pending_numagpus *ng = &ps->ng[i];
+		struct gb_numa *n = NULL;
+		int bad;
+
+		for (int j = 0; j < t->nnuma; j++)
+			if (t->numa[j].node == ng->node)
+				n = &t->numa[j];
+		if (!n || n->gpus) {
+			seterr(ps->err, ps->errlen,
+			       "plan: numagpus line for NUMA node %d %s",
+			       ng->node, n ? "repeats" : "has no numa line");
+			return -1;
+		}
+		if ((bad = check_ids(ng->ids, ng->n, t->ngpus)) >= 0) {
+			seterr(ps->err, ps->errlen,
+			       "plan: numagpus %d names GPU %d, not in the %d gpu lines",
+			       ng->node, bad, t->ngpus);
+			return -1;
+		}
+		n->gpus = ng->ids;
+		n->ngpus = ng->n;
+		ng->ids = NULL;
+	}
+	return 0;
+}
+
+/* After the last line: what the lines say together. 0, or -1 with err set. */
+static int validate(struct parser *ps)
+{
+	struct gb_table *t = ps->t;
+
+	if (!ps->ended) {
+		seterr(ps->err, ps->errlen,
+		       "plan truncated: no end line after %d lines", ps->lineno);
+		return -1;
+	}
+	if (!ps->have_status) {
+		seterr(ps->err, ps->errlen, "plan has no status line");
+		return -1;
+	}
+	if (t->status == GB_STATUS_ERROR)
+		return 0;
+	if (!ps->have_rule || !ps->have_ntasks) {
+		seterr(ps->err, ps->errlen, "plan lacks its %s line",
+		       !ps->have_rule ? "rule" : "ntasks");
+		return -1;
+	}
+	if (resolve_numagpus(ps))
+		return -1;
+	if (check_ids(t->fallback, t->nfallback, t->ngpus) >= 0) {
+		seterr(ps->err, ps->errlen,
+		       "plan: fallback names a GPU without gpu line");
+		return -1;
+	}
+	for (int i = 0; i < t->ntasks; i++) {
+		int bad;
+
+		if (!t->tasks[i].seen) {
+			seterr(ps->err, ps->errlen,
+			       "plan has no line for task %d of %d", i, t->ntasks);
+			return -1;
+		}
+		if (t->tasks[i].ngpus > GB_MAX_PER_TASK) {
+			seterr(ps->err, ps->errlen,
+			       "plan: task %d has %d GPUs (expected 0..%d)", i,
+			       t->tasks[i].ngpus, GB_MAX_PER_TASK);
+			return -1;
+		}
+		if ((bad = check_ids(t->tasks[i].gpus, t->tasks[i].ngpus,
+				     t->ngpus)) >= 0) {
+			seterr(ps->err, ps->errlen,
+			       "plan: task %d names GPU %d, not in the %d gpu lines",
+			       i, bad, t->ngpus);
+			return -1;
+		}
+	}
+	if (index_units(t)) {
+		seterr(ps->err, ps->errlen,
+		       "out of memory while reading the plan");
+		return -1;
+	}
+	return 0;
+}
+
+/* The lines of buf (NUL-terminated), each framed and handed to parse_line. */
+static int parse_lines(struct parser *ps, char *buf)
+{
+	char *p, *next;
+
+	for (p = buf; *p; p = next) {
+		char *nl = strchr(p, '\n');
+		int rc;
+
+		if (!nl) {
+			seterr(ps->err, ps->errlen,
+			       "plan truncated: line %d has no newline",
+			       ps->lineno + 1);
+			return -1;
+		}
+		*nl = '\0';
+		next = nl + 1;
+		if (ps->ended) {
+			seterr(ps->err, ps->errlen,
+			       "plan has data after its end line");
+			return -1;
+		}
+		if (nl - p > GB_TABLE_MAX_LINE) {
+			seterr(ps->err, ps->errlen,
+			       "plan line %d is longer than %d bytes",
+			       ps->lineno + 1, GB_TABLE_MAX_LINE);
+			return -1;
+		}
+		ps->lineno++;
+		rc = parse_line(ps, p);
+		if (rc == LINE_MALFORMED)
+			seterr(ps->err, ps->errlen,
+			       "plan line %d is malformed (starts with \"%.32s\")",
+			       ps->lineno, p);
+		else if (rc == LINE_OOM)
+			seterr(ps->err, ps->errlen,
+			       "out of memory while reading the plan");
+		if (rc)
+			return -1;
+	}
+	return 0;
+}
+
 int gb_table_parse(const char *text, size_t len, struct gb_table *t,
 		   char *err, size_t errlen)
 {
-	char *buf = NULL, *p, *next;
-	int lineno = 0, have_status = 0, have_rule = 0, have_ntasks = 0;
-	int ended = 0, ngpus_cap = 0, nnuma_cap = 0, nmsg_cap = 0;
-	struct pending_numagpus *ng = NULL;
-	int nng = 0, ng_cap = 0;
-	int rc = -1;
+	struct parser ps = { .t = t, .err = err, .errlen = errlen };
+	char *buf;
+	int rc;
 
 	memset(t, 0, sizeof(*t));
 	t->share = 1;
@@ -345,298 +818,12 @@ int gb_table_parse(const char *text, size_t len, struct gb_table *t,
 	memcpy(buf, text, len);
 	buf[len] = '\0';
 
-	for (p = buf; *p; p = next) {
-		char *f[10];
-		char *nl = strchr(p, '\n');
-		int nf;
-		long v;
-
-		if (!nl) {
-			seterr(err, errlen,
-			       "plan truncated: line %d has no newline",
-			       lineno + 1);
-			goto out;
-		}
-		*nl = '\0';
-		next = nl + 1;
-		if (ended) {
-			seterr(err, errlen, "plan has data after its end line");
-			goto out;
-		}
-		if (nl - p > GB_TABLE_MAX_LINE) {
-			seterr(err, errlen, "plan line %d is longer than %d bytes",
-			       lineno + 1, GB_TABLE_MAX_LINE);
-			goto out;
-		}
-		lineno++;
-		if (lineno == 1) {
-			if (strcmp(p, "gpubind-plan 1")) {
-				seterr(err, errlen,
-				       "plan line 1 is not \"gpubind-plan 1\"");
-				goto out;
-			}
-			continue;
-		}
-		if (!strncmp(p, "message ", 8) || !strcmp(p, "message")) {
-			if (t->nmessages == nmsg_cap) {
-				int c = nmsg_cap ? 2 * nmsg_cap : 4;
-				char **m = realloc(t->messages, c * sizeof(*m));
-
-				if (!m)
-					goto oom;
-				t->messages = m;
-				nmsg_cap = c;
-			}
-			t->messages[t->nmessages] = strdup(p[7] ? p + 8 : "");
-			if (!t->messages[t->nmessages])
-				goto oom;
-			t->nmessages++;
-			continue;
-		}
-		nf = split(p, f, 10);
-		if (nf < 0)
-			goto badline;
-		if (!strcmp(f[0], "end") && nf == 2) {
-			if (parse_int(f[1], 0, INT_MAX, &v) || v != lineno - 1) {
-				seterr(err, errlen,
-				       "plan truncated or corrupt: end line says %s lines, %d were read",
-				       f[1], lineno - 1);
-				goto out;
-			}
-			ended = 1;
-		} else if (!strcmp(f[0], "status") && nf == 2) {
-			if (!strcmp(f[1], "ok"))
-				t->status = GB_STATUS_OK;
-			else if (!strcmp(f[1], "warn"))
-				t->status = GB_STATUS_WARN;
-			else if (!strcmp(f[1], "error"))
-				t->status = GB_STATUS_ERROR;
-			else
-				goto badline;
-			have_status = 1;
-		} else if (!strcmp(f[0], "mode") && nf == 2) {
-			/* The plugstack's mode decides; the line is checked only. */
-			if (strcmp(f[1], "enforce") && strcmp(f[1], "optional"))
-				goto badline;
-		} else if (!strcmp(f[0], "flags") && nf == 2) {
-			if (gb_flags_parse(f[1], &t->flags))
-				goto badline;
-		} else if (!strcmp(f[0], "rule") && nf == 2) {
-			if (!strcmp(f[1], "table"))
-				t->rule = GB_RULE_TABLE;
-			else if (!strcmp(f[1], "numa"))
-				t->rule = GB_RULE_NUMA;
-			else
-				goto badline;
-			have_rule = 1;
-		} else if (!strcmp(f[0], "share") && nf == 2) {
-			if (parse_int(f[1], 1, GB_TABLE_MAX_SHARE, &v))
-				goto badline;
-			t->share = (int) v;
-		} else if (!strcmp(f[0], "per_task") && nf == 2) {
-			if (parse_int(f[1], 1, GB_MAX_PER_TASK, &v))
-				goto badline;
-			t->per_task = (int) v;
-		} else if (!strcmp(f[0], "ntasks") && nf == 2) {
-			if (have_ntasks ||
-			    parse_int(f[1], 0, GB_TABLE_MAX_TASKS, &v))
-				goto badline;
-			t->ntasks = (int) v;
-			t->tasks = calloc(v ? v : 1, sizeof(*t->tasks));
-			if (!t->tasks)
-				goto oom;
-			have_ntasks = 1;
-		} else if (!strcmp(f[0], "numa") && nf == 3) {
-			struct gb_numa *n;
-
-			if (parse_int(f[1], 0, GB_TABLE_MAX_NUMA - 1, &v))
-				goto badline;
-			for (int i = 0; i < t->nnuma; i++)
-				if (t->numa[i].node == v)
-					goto badline;
-			if (t->nnuma == nnuma_cap) {
-				int c = nnuma_cap ? 2 * nnuma_cap : 4;
-
-				n = realloc(t->numa, c * sizeof(*n));
-				if (!n)
-					goto oom;
-				t->numa = n;
-				nnuma_cap = c;
-			}
-			n = &t->numa[t->nnuma];
-			memset(n, 0, sizeof(*n));
-			n->node = (int) v;
-			if (gb_parse_cpulist(f[2], &n->cpus))
-				goto badline;
-			CPU_OR(&t->node_cpus, &t->node_cpus, &n->cpus);
-			t->nnuma++;
-		} else if (!strcmp(f[0], "gpu") && (nf == 9 || nf == 10)) {
-			struct gb_gpu *g;
-
-			if (parse_int(f[1], 0, GB_TABLE_MAX_GPUS - 1, &v) || v != t->ngpus)
-				goto badline;
-			if (t->ngpus == ngpus_cap) {
-				int c = ngpus_cap ? 2 * ngpus_cap : 8;
-
-				g = realloc(t->gpus, c * sizeof(*g));
-				if (!g)
-					goto oom;
-				t->gpus = g;
-				ngpus_cap = c;
-			}
-			g = &t->gpus[t->ngpus];
-			memset(g, 0, sizeof(*g));
-			if (!strcmp(f[2], "-") ||
-			    copy_field(g->visible, sizeof(g->visible), f[2]))
-				goto badline;
-			if (parse_int(f[3], -1, INT_MAX, &v))
-				goto badline;
-			g->nvml = (int) v;
-			if (parse_int(f[4], -1, INT_MAX, &v))
-				goto badline;
-			g->minor = (int) v;
-			if (copy_field(g->busid, sizeof(g->busid), f[5]) ||
-			    copy_field(g->uuid, sizeof(g->uuid), f[6]))
-				goto badline;
-			if (parse_int(f[7], -1, 1 << 16, &v))
-				goto badline;
-			g->numa = (int) v;
-			if (copy_field(g->nic, sizeof(g->nic), f[8]))
-				goto badline;
-			/* DEV came later; a 9-field line has none. */
-			if (nf == 10 &&
-			    copy_field(g->dev, sizeof(g->dev), f[9]))
-				goto badline;
-			t->ngpus++;
-		} else if (!strcmp(f[0], "numagpus") && nf == 3) {
-			if (nng == ng_cap) {
-				int c = ng_cap ? 2 * ng_cap : 4;
-				struct pending_numagpus *x =
-					realloc(ng, c * sizeof(*x));
-
-				if (!x)
-					goto oom;
-				ng = x;
-				ng_cap = c;
-			}
-			if (parse_int(f[1], 0, 1 << 16, &v))
-				goto badline;
-			ng[nng].node = (int) v;
-			if (parse_idlist(f[2], &ng[nng].ids, &ng[nng].n))
-				goto badline;
-			nng++;
-		} else if (!strcmp(f[0], "depends") && nf == 2) {
-			if (t->ndepends == GB_TABLE_MAX_DEPENDS)
-				goto badline;
-			t->depends[t->ndepends] = strdup(f[1]);
-			if (!t->depends[t->ndepends])
-				goto oom;
-			t->ndepends++;
-		} else if (!strcmp(f[0], "fallback") && nf == 2) {
-			free(t->fallback);
-			if (parse_idlist(f[1], &t->fallback, &t->nfallback))
-				goto badline;
-		} else if (!strcmp(f[0], "task") && nf == 4) {
-			struct gb_task *tk;
-
-			if (!have_ntasks || parse_int(f[1], 0, INT_MAX, &v) ||
-			    v >= t->ntasks || t->tasks[v].seen)
-				goto badline;
-			tk = &t->tasks[v];
-			tk->seen = 1;
-			if (parse_idlist(f[2], &tk->gpus, &tk->ngpus))
-				goto badline;
-			if (strcmp(f[3], "-")) {
-				if (gb_parse_cpulist(f[3], &tk->cpus))
-					goto badline;
-				tk->has_cpus = 1;
-			}
-		} else {
-			goto badline;
-		}
-	}
-	if (!ended) {
-		seterr(err, errlen,
-		       "plan truncated: no end line after %d lines", lineno);
-		goto out;
-	}
-	if (!have_status) {
-		seterr(err, errlen, "plan has no status line");
-		goto out;
-	}
-	if (t->status == GB_STATUS_ERROR) {
-		rc = 0;
-		goto out;
-	}
-	if (!have_rule || !have_ntasks) {
-		seterr(err, errlen, "plan lacks its %s line",
-		       !have_rule ? "rule" : "ntasks");
-		goto out;
-	}
-	for (int i = 0; i < nng; i++) {
-		struct gb_numa *n = NULL;
-		int bad;
-
-		for (int j = 0; j < t->nnuma; j++)
-			if (t->numa[j].node == ng[i].node)
-				n = &t->numa[j];
-		if (!n || n->gpus) {
-			seterr(err, errlen,
-			       "plan: numagpus line for NUMA node %d %s",
-			       ng[i].node, n ? "repeats" : "has no numa line");
-			goto out;
-		}
-		if ((bad = check_ids(ng[i].ids, ng[i].n, t->ngpus)) >= 0) {
-			seterr(err, errlen,
-			       "plan: numagpus %d names GPU %d, not in the %d gpu lines",
-			       ng[i].node, bad, t->ngpus);
-			goto out;
-		}
-		n->gpus = ng[i].ids;
-		n->ngpus = ng[i].n;
-		ng[i].ids = NULL;
-	}
-	if (check_ids(t->fallback, t->nfallback, t->ngpus) >= 0) {
-		seterr(err, errlen, "plan: fallback names a GPU without gpu line");
-		goto out;
-	}
-	for (int i = 0; i < t->ntasks; i++) {
-		int bad;
-
-		if (!t->tasks[i].seen) {
-			seterr(err, errlen, "plan has no line for task %d of %d",
-			       i, t->ntasks);
-			goto out;
-		}
-		if (t->tasks[i].ngpus > GB_MAX_PER_TASK) {
-			seterr(err, errlen,
-			       "plan: task %d has %d GPUs (expected 0..%d)", i,
-			       t->tasks[i].ngpus, GB_MAX_PER_TASK);
-			goto out;
-		}
-		if ((bad = check_ids(t->tasks[i].gpus, t->tasks[i].ngpus,
-				     t->ngpus)) >= 0) {
-			seterr(err, errlen,
-			       "plan: task %d names GPU %d, not in the %d gpu lines",
-			       i, bad, t->ngpus);
-			goto out;
-		}
-	}
-	if (index_units(t))
-		goto oom;
-	rc = 0;
-	goto out;
-
-badline:
-	seterr(err, errlen, "plan line %d is malformed (starts with \"%.32s\")",
-	       lineno, p);
-	goto out;
-oom:
-	seterr(err, errlen, "out of memory while reading the plan");
-out:
-	for (int i = 0; i < nng; i++)
-		free(ng[i].ids);
-	free(ng);
+	rc = parse_lines(&ps, buf);
+	if (!rc)
+		rc = validate(&ps);
+	for (int i = 0; i < ps.nng; i++)
+		free(ps.ng[i].ids);
+	free(ps.ng);
 	free(buf);
 	if (rc)
 		gb_table_free(t);

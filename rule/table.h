@@ -1,8 +1,9 @@
 /*
  * Decision table (PROTOCOL.md section 2) and per-task rule (section 3).
  *
- * This part is plain C with no Slurm dependency, so that it can be linked
- * into tests/spankhost/rule_check.c and compared with `gpubind plan`.
+ * Plain C with no Slurm dependency: the front end compiles it into
+ * spank_gpubind.so, and package rule (rule.go) compiles the same file for
+ * `gpubind plan` and the tests.
  * Nothing here allocates after gb_table_parse: the rule runs in the task
  * child, where only simple, bounded work is welcome.
  */
@@ -32,6 +33,21 @@ enum gb_flag {
 	GB_FLAG_CPUS = 1 << 2,
 	GB_FLAG_ISOLATE = 1 << 3,
 };
+
+/*
+ * The option's flag names, in canonical order: the one list the C side uses
+ * (the table's "flags" line, srun's early check and its help text). Go's list
+ * is gpubind.FlagNames; rule_test.go checks that the two agree.
+ */
+#define GB_NFLAGS 4
+struct gb_flag_name {
+	const char *name;
+	enum gb_flag flag;
+};
+extern const struct gb_flag_name gb_flag_names[GB_NFLAGS];
+
+/* The flag named by the len bytes at s, or 0 when none is. */
+unsigned gb_flag_lookup(const char *s, size_t len);
 
 struct gb_gpu {
 	char visible[96];  /* value for CUDA_VISIBLE_DEVICES */
@@ -154,9 +170,10 @@ int gb_parse_cpulist(const char *s, cpu_set_t *set);
 void gb_format_cpulist(const cpu_set_t *set, char *buf, size_t len);
 
 /*
- * Per-task output: fills buf with "NAME=VALUE\n" lines (the environment of
- * PROTOCOL.md section 3) and line with the log line (without prefix).
- * Returns 0, or -1 when a buffer is too small.
+ * Per-task output. gb_result_env fills buf with "NAME=VALUE\n" lines (the
+ * environment of PROTOCOL.md section 3); gb_result_logline fills buf with the
+ * log line of task lid (global id rank), without the "gpubind: " prefix.
+ * Each returns 0, or -1 when buf is too small.
  */
 int gb_result_env(const struct gb_table *t, const struct gb_result *r,
 		  char *buf, size_t len);

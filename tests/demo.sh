@@ -22,7 +22,7 @@ run() {
 	"$@"
 }
 
-# ---- cluster (H-A) ------------------------------------------------------------------------
+# ---- cluster ---------------------------------------------------------------------------------
 start_cluster() {
 	section "start a private Slurm cluster"
 	printf '+ %s start %s\n' "$CLUSTER_SH" "${CLUSTER_ARGS[*]}"
@@ -43,7 +43,7 @@ stop_cluster() {
 	exit "$rc"
 }
 
-# ---- demo: a plain step on two nodes with fake GPUs (H-A) -------------------------------
+# ---- demo: a plain step on two nodes with fake GPUs ------------------------------------------
 demo_plain_step() {
 	section "a step on two nodes: 4 tasks, 2 fake GPUs per node, as Slurm alone binds them"
 	run srun -N2 -n4 --ntasks-per-node=2 --gpus-per-node=2 bash -c \
@@ -53,7 +53,7 @@ demo_plain_step() {
 }
 DEMOS+=(demo_plain_step)
 
-# ---- demo: PMIx key exchange under srun --mpi=pmix (H-A) ----------------------------------
+# ---- demo: PMIx key exchange under srun --mpi=pmix -------------------------------------------
 demo_pmix() {
 	section "PMIx: rank 0 puts 128 bytes, every rank gets them (srun --mpi=pmix)"
 	local bin=$CLUSTER_DIR/pmix_putget   # private: others may run the demo from this tree at once
@@ -62,7 +62,7 @@ demo_pmix() {
 }
 DEMOS+=(demo_pmix)
 
-# ---- demo: --gpu-bind-topo plugin (H-C adds here) -----------------------------------------
+# ---- demo: --gpu-bind-topo plugin ------------------------------------------------------------
 # Nodes declared with 8 CPUs (8 tasks per node) and the plugin on every node, reading the
 # DGX H100 fixture (NUMA 0 = CPU 0, NUMA 1 = CPU 1)
 # instead of this machine's (GPU-less) sysfs; the discovery cache stays in the build dir.
@@ -86,7 +86,7 @@ demo_gpu_bind_topo() {
 DEMOS+=(demo_gpu_bind_topo)
 
 
-# ---- demo: libgpuhelper hello (H-D adds here) ---------------------------------------------
+# ---- demo: libgpuhelper hello ----------------------------------------------------------------
 # examples/hello under srun --mpi=pmix --gpu-bind-topo: the plugin binds each task to its GPU
 # and exports GPUBIND_*; libgpuhelper reads them and hands every rank the same NCCL unique ID
 # over PMIx, in one call. Without NCCL on this machine the ID comes from the tests' stub libnccl.

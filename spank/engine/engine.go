@@ -47,7 +47,9 @@ type Request struct {
 	UID, GID   int // -1: keep
 }
 
-// envKeys are the env.NAME keys the engine reads.
+// envKeys are the env.NAME keys the engine reads: the list of spank/PROTOCOL.md section 1,
+// which the front end sends (request_env in spank/frontend/stepd.c). TestEnvKeysNamedOnce
+// checks all three agree.
 var envKeys = map[string]bool{
 	"SLURM_STEP_GPUS": true, "SLURM_JOB_GPUS": true, "CUDA_VISIBLE_DEVICES": true,
 	"SLURM_CONF": true, "SLURM_GPU_BIND_TOPO": true,

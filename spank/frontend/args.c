@@ -6,6 +6,7 @@
 #include "plancache.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,14 +67,114 @@ static int set_tristate(struct gb_config *c, const char *key, const char *val,
 		    key, val);
 }
 
+/* A decimal in lo..hi; expected says what, with the range, for the error. */
+static int set_number(int *dst, const char *key, const char *val, long lo,
+		      long hi, const char *expected, char *err, size_t errlen)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(val, &end, 10);
+	if (errno || !*val || *end || v < lo || v > hi)
+		return fail(err, errlen,
+			    "plugstack argument %s=%s: expected %s", key, val,
+			    expected);
+	*dst = (int) v;
+	return 0;
+}
+
+#define GB_STR_(x) #x
+#define GB_STR(x) GB_STR_(x)
+#define STR_FIELD(f) offsetof(struct gb_config, f), sizeof(((struct gb_config *) 0)->f)
+
+/* The plugstack keys, in the order the "unknown argument" error lists them. */
+static const struct key {
+	const char *name;
+	enum { K_STRING, K_PATH, K_MODE, K_SOURCE, K_TIMEOUT, K_FLAG,
+	       K_PLAN_CACHE } kind;
+	size_t off, len;    /* K_STRING, K_PATH: the field of struct gb_config */
+} keys[] = {
+	{ "default", K_STRING, STR_FIELD(default_opt) },
+	{ "mode", K_MODE, 0, 0 },
+	{ "source", K_SOURCE, 0, 0 },
+	{ "snapshot", K_PATH, STR_FIELD(snapshot) },
+	{ "root", K_PATH, STR_FIELD(root) },
+	{ "engine", K_PATH, STR_FIELD(engine) },
+	{ "cache_dir", K_PATH, STR_FIELD(cache_dir) },
+	{ "gres_conf", K_PATH, STR_FIELD(gres_conf) },
+	{ "timeout", K_TIMEOUT, 0, 0 },
+	{ "isolate", K_FLAG, 0, 0 },    /* flags the admin may force or forbid */
+	{ "cpus", K_FLAG, 0, 0 },
+	{ "plan_cache", K_PLAN_CACHE, 0, 0 },
+};
+
+#define NKEYS (sizeof(keys) / sizeof(keys[0]))
+
+static int set_key(struct gb_config *c, const struct key *k, const char *val,
+		   char *err, size_t errlen)
+{
+	switch (k->kind) {
+	case K_STRING:
+	case K_PATH:
+		return set_str((char *) c + k->off, k->len, k->name, val,
+			       k->kind == K_PATH, err, errlen);
+	case K_MODE:
+		if (strcmp(val, "enforce") && strcmp(val, "optional"))
+			return fail(err, errlen,
+				    "plugstack argument mode=%s: expected enforce or optional",
+				    val);
+		c->mode_optional = !strcmp(val, "optional");
+		return 0;
+	case K_SOURCE:
+		if (strcmp(val, "auto") && strcmp(val, "nvml") &&
+		    strcmp(val, "sysfs") && strcmp(val, "snapshot"))
+			return fail(err, errlen,
+				    "plugstack argument source=%s: expected auto, nvml, sysfs or snapshot",
+				    val);
+		strcpy(c->source, val);
+		return 0;
+	case K_TIMEOUT:
+		return set_number(&c->timeout_ms, k->name, val, 1, 600000,
+				  "milliseconds, 1..600000", err, errlen);
+	case K_PLAN_CACHE:
+		return set_number(&c->plan_cache, k->name, val, 0,
+				  GB_PLANCACHE_MAX_ENTRIES,
+				  "a number of entries, 0 (off).." GB_STR(GB_PLANCACHE_MAX_ENTRIES),
+				  err, errlen);
+	case K_FLAG:
+		return set_tristate(c, k->name, val, err, errlen);
+	}
+	return -1;
+}
+
+/* The key of arg ("key=value"), or NULL with err set. */
+static const struct key *find_key(const char *arg, char *err, size_t errlen)
+{
+	const char *eq = strchr(arg, '=');
+	char known[256] = "";
+
+	if (!eq || eq == arg) {
+		fail(err, errlen, "plugstack argument \"%s\": expected key=value",
+		     arg);
+		return NULL;
+	}
+	for (size_t k = 0; k < NKEYS; k++)
+		if ((size_t) (eq - arg) == strlen(keys[k].name) &&
+		    !strncmp(arg, keys[k].name, eq - arg))
+			return &keys[k];
+	for (size_t k = 0; k < NKEYS; k++)
+		(void) snprintf(known + strlen(known), sizeof(known) - strlen(known),
+				"%s%s", k ? ", " : "", keys[k].name);
+	fail(err, errlen, "unknown plugstack argument \"%s\" (known: %s)", arg,
+	     known);
+	return NULL;
+}
+
 int gb_config_parse(int ac, char **av, struct gb_config *c, char *err,
 		    size_t errlen)
 {
-	static const char *keys[] = { "default", "mode", "source", "snapshot",
-				      "root", "engine", "cache_dir",
-				      "gres_conf", "timeout", "isolate",
-				      "cpus", "plan_cache" };
-	int seen[sizeof(keys) / sizeof(keys[0])] = { 0 };
+	int seen[NKEYS] = { 0 };
 
 	memset(c, 0, sizeof(*c));
 	strcpy(c->source, "auto");
@@ -81,99 +182,15 @@ int gb_config_parse(int ac, char **av, struct gb_config *c, char *err,
 	c->plan_cache = GB_PLANCACHE_DEFAULT_ENTRIES;
 
 	for (int i = 0; i < ac; i++) {
-		const char *arg = av[i], *eq = strchr(arg, '=');
-		const char *val;
-		size_t kl, k;
-		char key[32];
+		const struct key *k = find_key(av[i], err, errlen);
 
-		if (!eq || eq == arg)
-			return fail(err, errlen,
-				    "plugstack argument \"%s\": expected key=value",
-				    arg);
-		kl = eq - arg;
-		val = eq + 1;
-		if (kl >= sizeof(key))
-			kl = sizeof(key) - 1;
-		memcpy(key, arg, kl);
-		key[kl] = '\0';
-		for (k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
-			if ((size_t) (eq - arg) == strlen(keys[k]) &&
-			    !strncmp(arg, keys[k], eq - arg))
-				break;
-		if (k == sizeof(keys) / sizeof(keys[0]))
-			return fail(err, errlen,
-				    "unknown plugstack argument \"%s\" (known: default, mode, source, snapshot, root, engine, cache_dir, gres_conf, timeout, isolate, cpus, plan_cache)",
-				    arg);
-		if (seen[k]++)
-			return fail(err, errlen,
-				    "plugstack argument %s= given twice", key);
-
-		if (!strcmp(key, "default")) {
-			if (set_str(c->default_opt, sizeof(c->default_opt),
-				    key, val, 0, err, errlen))
-				return -1;
-		} else if (!strcmp(key, "mode")) {
-			if (!strcmp(val, "enforce"))
-				c->mode_optional = 0;
-			else if (!strcmp(val, "optional"))
-				c->mode_optional = 1;
-			else
-				return fail(err, errlen,
-					    "plugstack argument mode=%s: expected enforce or optional",
-					    val);
-		} else if (!strcmp(key, "source")) {
-			if (strcmp(val, "auto") && strcmp(val, "nvml") &&
-			    strcmp(val, "sysfs") && strcmp(val, "snapshot"))
-				return fail(err, errlen,
-					    "plugstack argument source=%s: expected auto, nvml, sysfs or snapshot",
-					    val);
-			strcpy(c->source, val);
-		} else if (!strcmp(key, "snapshot")) {
-			if (set_str(c->snapshot, sizeof(c->snapshot), key, val,
-				    1, err, errlen))
-				return -1;
-		} else if (!strcmp(key, "root")) {
-			if (set_str(c->root, sizeof(c->root), key, val, 1, err,
-				    errlen))
-				return -1;
-		} else if (!strcmp(key, "engine")) {
-			if (set_str(c->engine, sizeof(c->engine), key, val, 1,
-				    err, errlen))
-				return -1;
-		} else if (!strcmp(key, "cache_dir")) {
-			if (set_str(c->cache_dir, sizeof(c->cache_dir), key,
-				    val, 1, err, errlen))
-				return -1;
-		} else if (!strcmp(key, "gres_conf")) {
-			if (set_str(c->gres_conf, sizeof(c->gres_conf), key,
-				    val, 1, err, errlen))
-				return -1;
-		} else if (!strcmp(key, "timeout")) {
-			char *end;
-			long v;
-
-			errno = 0;
-			v = strtol(val, &end, 10);
-			if (errno || !*val || *end || v < 1 || v > 600000)
-				return fail(err, errlen,
-					    "plugstack argument timeout=%s: expected milliseconds, 1..600000",
-					    val);
-			c->timeout_ms = (int) v;
-		} else if (!strcmp(key, "plan_cache")) {
-			char *end;
-			long v;
-
-			errno = 0;
-			v = strtol(val, &end, 10);
-			if (errno || !*val || *end || v < 0 ||
-			    v > GB_PLANCACHE_MAX_ENTRIES)
-				return fail(err, errlen,
-					    "plugstack argument plan_cache=%s: expected a number of entries, 0 (off)..%d",
-					    val, GB_PLANCACHE_MAX_ENTRIES);
-			c->plan_cache = (int) v;
-		} else if (set_tristate(c, key, val, err, errlen)) {
+		if (!k)
 			return -1;
-		}
+		if (seen[k - keys]++)
+			return fail(err, errlen,
+				    "plugstack argument %s= given twice", k->name);
+		if (set_key(c, k, strchr(av[i], '=') + 1, err, errlen))
+			return -1;
 	}
 	if (!strcmp(c->source, "snapshot") && !c->snapshot[0])
 		return fail(err, errlen,

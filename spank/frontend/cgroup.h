@@ -1,5 +1,5 @@
 /*
- * Per-task cgroup binding for the gpubind front end (issue 6, docs/cgroups.md).
+ * Per-task cgroup binding for the gpubind front end (docs/cgroups.md).
  *
  * Flags:
  *   isolate  a task may open only the /dev/nvidiaN of its own GPUs; every

@@ -17,24 +17,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-static struct gb_cg *cg;
-static pid_t *task_pids;  /* pid of each local task, set in task_post_fork */
-static int ntask_pids;
-static char *maskbuf;     /* room for ntasks hex masks (SLURM_CPU_BIND_LIST) */
-static size_t maskbuf_len;
+/* The step's cgroup state, from prepare to exit. */
+static struct {
+	struct gb_cg *cg;     /* NULL: no cgroup binding in this step */
+	pid_t *task_pids;     /* pid of each local task, set in task_post_fork */
+	int ntask_pids;
+	char *maskbuf;        /* room for ntasks hex masks (SLURM_CPU_BIND_LIST) */
+	size_t maskbuf_len;
+} stepcg;
 
 #define MASK_CHARS (CPU_SETSIZE / 4 + 4)
 
 /* mode=enforce fails the step; mode=optional goes on without cgroups. */
 static int cg_failed(const char *what)
 {
-	if (gb_conf.mode_optional) {
-		gb_error("%s; going on without cgroup binding (mode=optional)",
-			 what);
-		return 0;
-	}
-	gb_error("%s", what);
-	return -1;
+	return gb_failed(what, "going on without cgroup binding", NULL, 0);
 }
 
 /*
@@ -48,20 +45,24 @@ static int post_fork_failed(const char *what)
 
 	if (cg_failed(what) == 0)
 		return 0;
-	for (int i = 0; i < ntask_pids; i++)
-		if (gb_cg_task_exit(cg, i, err, sizeof(err)) != GB_CG_OK)
+	for (int i = 0; i < stepcg.ntask_pids; i++)
+		if (gb_cg_task_exit(stepcg.cg, i, err, sizeof(err)) != GB_CG_OK)
 			gb_error("task %d: undoing its cgroup binding: %s", i,
 				 err);
 	return -1;
 }
 
-int gb_cgroup_prepare(spank_t sp, const struct gb_table *plan)
+int gb_stepcg_active(void)
+{
+	return stepcg.cg != NULL;
+}
+
+int gb_stepcg_prepare(uint32_t job, uint32_t step,
+		      const struct gb_table *plan)
 {
 	struct gb_cg_config cfg;
-	uint32_t job = 0, step = 0;
 	int *minors, rc;
 	char err[1024], why[1200];
-	spank_err_t src;
 	long t0 = gb_now_us();
 
 	if (!plan || !(plan->flags & (GB_FLAG_ISOLATE | GB_FLAG_CPUS)))
@@ -71,21 +72,17 @@ int gb_cgroup_prepare(spank_t sp, const struct gb_table *plan)
 		cfg.flags |= GB_CG_ISOLATE;
 	if (plan->flags & GB_FLAG_CPUS)
 		cfg.flags |= GB_CG_CPUS;
-	if ((src = spank_get_item(sp, S_JOB_ID, &job)) != ESPANK_SUCCESS ||
-	    (src = spank_get_item(sp, S_JOB_STEPID, &step)) != ESPANK_SUCCESS) {
-		gb_spank_error("spank_get_item", "S_JOB_ID/S_JOB_STEPID", src);
-		return cg_failed("cgroup binding: cannot read the job and step ids");
-	}
 	minors = calloc((size_t)plan->ngpus + 1, sizeof(*minors));
-	task_pids = calloc((size_t)plan->ntasks + 1, sizeof(*task_pids));
-	maskbuf_len = (size_t)(plan->ntasks + 1) * MASK_CHARS;
-	maskbuf = malloc(maskbuf_len);
-	if (!minors || !task_pids || !maskbuf) {
+	stepcg.task_pids = calloc((size_t)plan->ntasks + 1,
+				  sizeof(*stepcg.task_pids));
+	stepcg.maskbuf_len = (size_t)(plan->ntasks + 1) * MASK_CHARS;
+	stepcg.maskbuf = malloc(stepcg.maskbuf_len);
+	if (!minors || !stepcg.task_pids || !stepcg.maskbuf) {
 		free(minors);
-		gb_cgroup_exit();
+		gb_stepcg_exit();
 		return cg_failed("cgroup binding: out of memory");
 	}
-	ntask_pids = plan->ntasks;
+	stepcg.ntask_pids = plan->ntasks;
 	for (int i = 0; i < plan->ngpus; i++) {
 		minors[i] = plan->gpus[i].minor;
 		if (!strncmp(plan->gpus[i].uuid, "MIG-", 4))
@@ -96,11 +93,11 @@ int gb_cgroup_prepare(spank_t sp, const struct gb_table *plan)
 	cfg.ntasks = plan->ntasks;
 	cfg.step_minors = minors;
 	cfg.nstep_minors = plan->ngpus;
-	rc = gb_cg_prepare(&cg, &cfg, err, sizeof(err));
+	rc = gb_cg_prepare(&stepcg.cg, &cfg, err, sizeof(err));
 	free(minors);
 	if (rc) {
-		cg = NULL;
-		gb_cgroup_exit();
+		stepcg.cg = NULL;
+		gb_stepcg_exit();
 		(void) snprintf(why, sizeof(why), "cgroup binding %s: %s",
 				rc == GB_CG_REFUSED ? "refused" : "failed", err);
 		return cg_failed(why);
@@ -109,7 +106,7 @@ int gb_cgroup_prepare(spank_t sp, const struct gb_table *plan)
 		   (cfg.flags & GB_CG_ISOLATE) ? "isolate" : "",
 		   cfg.flags == (GB_CG_ISOLATE | GB_CG_CPUS) ? "," : "",
 		   (cfg.flags & GB_CG_CPUS) ? "cpus" : "",
-		   (gb_now_us() - t0) / 1000.0, gb_cg_describe(cg));
+		   (gb_now_us() - t0) / 1000.0, gb_cg_describe(stepcg.cg));
 	return 0;
 }
 
@@ -164,48 +161,45 @@ static int decide(const struct gb_table *plan, int lid, pid_t pid,
 		cpu_set_t m;
 		int n;
 
-		if (j < lid && (!task_pids[j] ||
-				sched_getaffinity(task_pids[j], sizeof(m), &m) < 0))
+		if (j < lid && (!stepcg.task_pids[j] ||
+				sched_getaffinity(stepcg.task_pids[j], sizeof(m),
+						  &m) < 0))
 			break;
-		n = put_mask(maskbuf + off, maskbuf_len - off - 1,
+		n = put_mask(stepcg.maskbuf + off, stepcg.maskbuf_len - off - 1,
 			     j < lid ? &m : &own);
 		if (n < 0)
 			break;
 		off += (size_t)n;
 		if (j == lid) {
-			maskbuf[off] = '\0';
-			return gb_rule_apply(plan, lid, "mask_cpu", maskbuf,
-					     &own, step, r, err, errlen);
+			stepcg.maskbuf[off] = '\0';
+			return gb_rule_apply(plan, lid, "mask_cpu",
+					     stepcg.maskbuf, &own, step, r, err,
+					     errlen);
 		}
-		maskbuf[off++] = ',';
+		stepcg.maskbuf[off++] = ',';
 	}
 	/* Rule table, or the earlier tasks' masks are unknown. */
 	return gb_rule_apply(plan, lid, NULL, NULL, &own, step, r, err, errlen);
 }
 
-int gb_cgroup_task_post_fork(spank_t sp, const struct gb_table *plan)
+int gb_stepcg_task_post_fork(const struct gb_table *plan, int lid, pid_t pid)
 {
-	int lid = -1, minors[GB_MAX_PER_TASK], rc;
-	pid_t pid = 0;
+	int minors[GB_MAX_PER_TASK], rc;
 	struct gb_result r;
 	cpu_set_t mems;
 	int have_mems = 0;
 	char err[1024], why[1200];
-	spank_err_t src;
 
-	if (!cg || !plan)
+	if (!stepcg.cg || !plan)
 		return 0;
-	if ((src = spank_get_item(sp, S_TASK_ID, &lid)) != ESPANK_SUCCESS ||
-	    (src = spank_get_item(sp, S_TASK_PID, &pid)) != ESPANK_SUCCESS) {
-		gb_spank_error("spank_get_item", "S_TASK_ID/S_TASK_PID", src);
+	if (lid < 0)
 		return post_fork_failed("cgroup binding: cannot identify the task");
-	}
-	if (lid < 0 || lid >= ntask_pids) {
+	if (lid >= stepcg.ntask_pids) {
 		(void) snprintf(why, sizeof(why),
 				"cgroup binding: task %d is not in the plan", lid);
 		return post_fork_failed(why);
 	}
-	task_pids[lid] = pid;
+	stepcg.task_pids[lid] = pid;
 	if (decide(plan, lid, pid, &r, err, sizeof(err))) {
 		(void) snprintf(why, sizeof(why), "cgroup binding: task %d: %s",
 				lid, err);
@@ -221,12 +215,13 @@ int gb_cgroup_task_post_fork(spank_t sp, const struct gb_table *plan)
 			have_mems = 1;
 		}
 	}
-	rc = gb_cg_apply(cg, lid, pid, minors, r.ngpus,
+	rc = gb_cg_apply(stepcg.cg, lid, pid, minors, r.ngpus,
 			 r.set_cpus ? &r.cpus : NULL,
 			 (r.set_cpus && have_mems) ? &mems : NULL, err,
 			 sizeof(err));
 	if (rc == GB_CG_OK) {
-		gb_verbose("task %d: cgroup %s", lid, gb_cg_task_path(cg, lid));
+		gb_verbose("task %d: cgroup %s", lid,
+			   gb_cg_task_path(stepcg.cg, lid));
 		return 0;
 	}
 	if (rc == GB_CG_UNSUPPORTED) {
@@ -238,35 +233,23 @@ int gb_cgroup_task_post_fork(spank_t sp, const struct gb_table *plan)
 	return post_fork_failed(why);
 }
 
-int gb_cgroup_task_exit(spank_t sp)
+void gb_stepcg_task_exit(int lid)
 {
-	int lid = -1;
 	char err[1024];
-	spank_err_t src;
 
-	if (!cg)
-		return 0;
-	if ((src = spank_get_item(sp, S_TASK_ID, &lid)) != ESPANK_SUCCESS) {
-		gb_spank_error("spank_get_item", "S_TASK_ID", src);
-		return 0;
-	}
-	if (gb_cg_task_exit(cg, lid, err, sizeof(err)) != GB_CG_OK)
+	if (stepcg.cg &&
+	    gb_cg_task_exit(stepcg.cg, lid, err, sizeof(err)) != GB_CG_OK)
 		gb_error("task %d: cgroup cleanup: %s (retried at step end)",
 			 lid, err);
-	return 0;
 }
 
-void gb_cgroup_exit(void)
+void gb_stepcg_exit(void)
 {
 	char err[1024];
 
-	if (cg && gb_cg_fini(cg, err, sizeof(err)) != GB_CG_OK)
+	if (stepcg.cg && gb_cg_fini(stepcg.cg, err, sizeof(err)) != GB_CG_OK)
 		gb_error("cgroup cleanup at step end: %s", err);
-	cg = NULL;
-	free(task_pids);
-	task_pids = NULL;
-	ntask_pids = 0;
-	free(maskbuf);
-	maskbuf = NULL;
-	maskbuf_len = 0;
+	free(stepcg.task_pids);
+	free(stepcg.maskbuf);
+	memset(&stepcg, 0, sizeof(stepcg));
 }

@@ -106,6 +106,20 @@ static int check_denied(const char *dir, const unsigned char *allow,
 	return GB_CG_OK;
 }
 
+/* One of t's cgroups, made fresh; cleared when that fails (nothing to undo). */
+static int mkdir_task(struct gb_cg_task *t, char *dir, char *err,
+		      size_t errlen)
+{
+	int rc = gb_cg_mkdir_fresh(dir, err, errlen);
+
+	if (rc) {
+		dir[0] = '\0';
+		return rc;
+	}
+	t->applied = 1;
+	return 0;
+}
+
 int gb_cg_v1_apply(struct gb_cg *cg, struct gb_cg_task *t, const char *name,
 		   pid_t pid, const unsigned char *allow, const cpu_set_t *cpus,
 		   const cpu_set_t *mems, char *err, size_t errlen)
@@ -123,12 +137,9 @@ int gb_cg_v1_apply(struct gb_cg *cg, struct gb_cg_task *t, const char *name,
 				err, errlen);
 		if (rc)
 			return rc;
-		rc = gb_cg_mkdir_fresh(t->dev_dir, err, errlen);
-		if (rc) {
-			t->dev_dir[0] = '\0';
+		rc = mkdir_task(t, t->dev_dir, err, errlen);
+		if (rc)
 			return rc;
-		}
-		t->applied = 1;
 		rc = deny_minors(t->dev_dir, allow, err, errlen);
 		if (!rc)
 			rc = check_denied(t->dev_dir, allow, err, errlen);
@@ -155,12 +166,9 @@ int gb_cg_v1_apply(struct gb_cg *cg, struct gb_cg_task *t, const char *name,
 	    (rc = gb_cg_join(t->cpuset_dir, sizeof(t->cpuset_dir), parent,
 			     name, err, errlen)))
 		return rc;
-	rc = gb_cg_mkdir_fresh(t->cpuset_dir, err, errlen);
-	if (rc) {
-		t->cpuset_dir[0] = '\0';
+	rc = mkdir_task(t, t->cpuset_dir, err, errlen);
+	if (rc)
 		return rc;
-	}
-	t->applied = 1;
 	rc = gb_cg_narrow_cpuset(t->cpuset_dir, pc, pm, cpus, mems, err,
 				 errlen);
 	if (rc)

@@ -2,14 +2,17 @@
  * spank_gpubind.so: the C front end of the gpubind SPANK plugin.
  *
  * File map (split by context, like NVIDIA/pyxis):
- *   plugin.c  SPANK_PLUGIN, option registration, callback dispatch
- *   args.c    plugstack.conf arguments and option precedence
- *   local.c   srun/sbatch/salloc: option callback, early check, `help`
- *   stepd.c   slurmstepd: request, plan, per-task application
- *   child.c   the short-lived engine child (fork, rlimits, pipe, reap)
- *   table.c   decision table parser and the per-task rule (no Slurm)
- *   log.c     "gpubind: " logging helpers
- * No Go runtime ever runs in the process that loads this file (DESIGN.md 3).
+ *   plugin.c        SPANK_PLUGIN, option registration, callback dispatch
+ *   args.c          plugstack.conf arguments and option precedence
+ *   local.c         srun/sbatch/salloc: option callback, early check, `help`
+ *   stepd.c         slurmstepd: the step's facts, plan, per-task application
+ *   cgroup_stepd.c  slurmstepd: the isolate/cpus flags, calls into cgroup_*.c
+ *   child.c         the short-lived engine child (fork, rlimits, pipe, reap)
+ *   plancache.c     decision tables kept by step shape
+ *   log.c           "gpubind: " logging helpers
+ *   ../../rule/table.c  decision table parser and the per-task rule (no Slurm)
+ * No Go runtime ever runs in the process that loads this file: the engine
+ * runs in a forked child (docs/architecture.md).
  */
 #ifndef GPUBIND_FRONTEND_H
 #define GPUBIND_FRONTEND_H
@@ -66,8 +69,14 @@ void gb_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void gb_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void gb_verbose(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void gb_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* To the user's terminal (srun) through slurm_spank_log. */
-void gb_user(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/*
+ * The one enforce/optional decision (plugstack mode=). Logs what failed and
+ * returns -1 under mode=enforce (the callback fails), or logs
+ * "WHAT; UNBOUND (mode=optional)" and returns 0 under mode=optional (the step
+ * goes on with what Slurm set up; unbound says what that means here). msg
+ * (may be NULL) receives the logged text.
+ */
+int gb_failed(const char *what, const char *unbound, char *msg, size_t len);
 /* A failed spank_* call, with its error named. */
 void gb_spank_error(const char *call, const char *what, spank_err_t rc);
 long gb_now_us(void);
@@ -79,6 +88,8 @@ int gb_local_init_post_opt(spank_t sp);
 /* stepd.c */
 int gb_stepd_init_post_opt(spank_t sp);
 int gb_stepd_task_init(spank_t sp);
+int gb_stepd_task_post_fork(spank_t sp);
+int gb_stepd_task_exit(spank_t sp);
 void gb_stepd_user_init(void);
 void gb_stepd_exit(void);
 /* The CPUs the step may use (its cpuset), NULL when unknown. */

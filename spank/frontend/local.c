@@ -1,9 +1,10 @@
 /*
  * srun, sbatch and salloc (local and allocator contexts). These are
  * short-lived clients, so the engine may be loaded in-process here to
- * check the option early and to print `help` (DESIGN.md section 3).
+ * check the option early and to print `help` (docs/architecture.md).
  */
 #include "gpubind.h"
+#include "table.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -31,6 +32,28 @@ static void *load_engine(void)
 	return h;
 }
 
+/*
+ * The policies, as srun's early check and the fallback help name them. The
+ * flags are gb_flag_names (rule/table.c). The engine's help (Go,
+ * gpubind.PolicyHelpText) is the full text; this one is printed only when the
+ * engine cannot be loaded here.
+ */
+static const struct policy {
+	const char *name;
+	const char *arg;    /* what follows the name, "" for none */
+	int simple;         /* checked here without the engine (no argument) */
+} policies[] = {
+	{ "closest", "", 1 },  /* the default */
+	{ "pack", "", 1 },
+	{ "spread", "", 1 },
+	{ "map", ":LIST", 0 },
+	{ "per-task", ":N", 0 },
+	{ "single", ":N", 0 },
+	{ "off", "", 0 },      /* gb_option_is_off */
+};
+
+#define NPOLICIES (sizeof(policies) / sizeof(policies[0]))
+
 static void print_help(void)
 {
 	void *h = load_engine();
@@ -43,11 +66,23 @@ static void print_help(void)
 		fputs(text, stdout);
 		return;
 	}
-	printf("--gpu-bind-topo[=POLICY][,FLAG...]\n"
-	       "  POLICY: closest (default), pack, spread, map:LIST, "
-	       "per-task:N, single:N, off\n"
-	       "  FLAG:   verbose, nic, cpus, isolate\n"
-	       "(the gpubind engine could not be loaded for the full help)\n");
+	printf("--%s[=POLICY][,FLAG...]\n  POLICY:", GB_OPTION_NAME);
+	for (size_t i = 0; i < NPOLICIES; i++)
+		printf("%s %s%s%s", i ? "," : "", policies[i].name,
+		       policies[i].arg, i ? "" : " (default)");
+	printf("\n  FLAG:  ");
+	for (int i = 0; i < GB_NFLAGS; i++)
+		printf("%s %s", i ? "," : "", gb_flag_names[i].name);
+	printf("\n(the gpubind engine could not be loaded for the full help)\n");
+}
+
+static int simple_policy(const char *p, size_t len)
+{
+	for (size_t i = 0; i < NPOLICIES; i++)
+		if (policies[i].simple && strlen(policies[i].name) == len &&
+		    !strncmp(p, policies[i].name, len))
+			return 1;
+	return 0;
 }
 
 /*
@@ -59,21 +94,13 @@ static void print_help(void)
  */
 static int simple_option(const char *value)
 {
-	static const char *const policies[] = { "closest", "pack", "spread" };
-	static const char *const flags[] = { "verbose", "nic", "cpus", "isolate" };
 	const char *p = value;
 	int first = 1;
 
 	for (;;) {
 		size_t len = strcspn(p, ",");
-		int ok = 0;
-		size_t i;
 
-		for (i = 0; first && i < sizeof(policies) / sizeof(*policies); i++)
-			ok |= strlen(policies[i]) == len && !strncmp(p, policies[i], len);
-		for (i = 0; i < sizeof(flags) / sizeof(*flags); i++)
-			ok |= strlen(flags[i]) == len && !strncmp(p, flags[i], len);
-		if (!ok)
+		if (!(first && simple_policy(p, len)) && !gb_flag_lookup(p, len))
 			return 0;
 		if (p[len] == '\0')
 			return 1;
@@ -84,11 +111,12 @@ static int simple_option(const char *value)
 
 /*
  * Check an option text with the engine. Returns 0 when fine (or when the
- * engine is not available here: slurmstepd checks again), -1 when bad.
+ * engine is not available here: slurmstepd checks again), else what
+ * gb_failed decides.
  */
 static int check(const char *what, const char *value)
 {
-	char msg[1024] = "";
+	char msg[1024] = "", why[2200];
 	void *h;
 	gb_check_fn fn;
 
@@ -105,13 +133,9 @@ static int check(const char *what, const char *value)
 			return 0;
 		msg[sizeof(msg) - 1] = '\0';
 	}
-	if (gb_conf.mode_optional) {
-		gb_error("ignoring invalid %s \"%s\" (mode=optional, tasks run unbound): %s",
-			 what, value, msg);
-		return 0;
-	}
-	gb_error("invalid %s \"%s\": %s", what, value, msg);
-	return -1;
+	(void) snprintf(why, sizeof(why), "invalid %s \"%s\": %s", what, value,
+			msg);
+	return gb_failed(why, "tasks run unbound", NULL, 0);
 }
 
 int gb_local_option_cb(const char *optarg)

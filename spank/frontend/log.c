@@ -18,44 +18,35 @@
 		va_end(ap);                                              \
 	} while (0)
 
-void gb_error(const char *fmt, ...)
+/* gb_error, gb_info, gb_verbose, gb_debug: the prefix, then Slurm's level. */
+#define GB_LOG_FUNCTION(name, slurm_fn)                                  \
+	void name(const char *fmt, ...)                                  \
+	{                                                                \
+		char buf[GB_LOGBUF];                                     \
+									 \
+		GB_FORMAT(buf, fmt);                                     \
+		slurm_fn("%s%s", GB_PREFIX, buf);                        \
+	}
+
+GB_LOG_FUNCTION(gb_error, slurm_error)
+GB_LOG_FUNCTION(gb_info, slurm_info)
+GB_LOG_FUNCTION(gb_verbose, slurm_verbose)
+GB_LOG_FUNCTION(gb_debug, slurm_debug)
+
+int gb_failed(const char *what, const char *unbound, char *msg, size_t len)
 {
 	char buf[GB_LOGBUF];
+	int enforce = !gb_conf.mode_optional;
 
-	GB_FORMAT(buf, fmt);
-	slurm_error("%s%s", GB_PREFIX, buf);
-}
-
-void gb_info(const char *fmt, ...)
-{
-	char buf[GB_LOGBUF];
-
-	GB_FORMAT(buf, fmt);
-	slurm_info("%s%s", GB_PREFIX, buf);
-}
-
-void gb_verbose(const char *fmt, ...)
-{
-	char buf[GB_LOGBUF];
-
-	GB_FORMAT(buf, fmt);
-	slurm_verbose("%s%s", GB_PREFIX, buf);
-}
-
-void gb_debug(const char *fmt, ...)
-{
-	char buf[GB_LOGBUF];
-
-	GB_FORMAT(buf, fmt);
-	slurm_debug("%s%s", GB_PREFIX, buf);
-}
-
-void gb_user(const char *fmt, ...)
-{
-	char buf[GB_LOGBUF];
-
-	GB_FORMAT(buf, fmt);
-	slurm_spank_log("%s%s", GB_PREFIX, buf);
+	if (enforce)
+		(void) snprintf(buf, sizeof(buf), "%s", what);
+	else
+		(void) snprintf(buf, sizeof(buf), "%s; %s (mode=optional)", what,
+				unbound);
+	gb_error("%s", buf);
+	if (msg && len)
+		(void) snprintf(msg, len, "%s", buf);
+	return enforce ? -1 : 0;
 }
 
 void gb_spank_error(const char *call, const char *what, spank_err_t rc)

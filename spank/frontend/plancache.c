@@ -1,5 +1,5 @@
 /*
- * Plan cache (issue 16). A step whose shape was planned before on this
+ * Plan cache. A step whose shape was planned before on this
  * node reads its decision table from CACHE_DIR/plans/p-HASH instead of
  * forking the engine child: a lookup is a few stats, one open and one
  * read, all in slurmstepd, no fork.

@@ -1,5 +1,5 @@
 /*
- * Plan cache (issue 16): the decision table of a step shape, kept under
+ * Plan cache: the decision table of a step shape, kept under
  * cache_dir/plans so that a repeated step skips the engine child. Read and
  * written by the C front end in slurmstepd (root), never by the engine.
  */

@@ -3,7 +3,6 @@
  * registration, and dispatch by context to local.c and stepd.c.
  */
 #include "gpubind.h"
-#include "cgroup_stepd.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -96,21 +95,13 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
 	return 0;
 }
 
-/*
- * With SlurmdParameters=contain_spank these may run in a clone(CLONE_VM)
- * child: plain C only (the cgroup moves of cgroup_stepd.c and a debug line).
- */
 int slurm_spank_task_post_fork(spank_t sp, int ac, char **av)
 {
-	int lid = -1;
-
 	(void) ac;
 	(void) av;
 	if (spank_context() != S_CTX_REMOTE || !gb_stepd_plan())
 		return 0;
-	if (spank_get_item(sp, S_TASK_ID, &lid) == ESPANK_SUCCESS)
-		gb_debug("task %d started", lid);
-	return gb_cgroup_task_post_fork(sp, gb_stepd_plan());
+	return gb_stepd_task_post_fork(sp);
 }
 
 int slurm_spank_task_exit(spank_t sp, int ac, char **av)
@@ -119,7 +110,7 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
 	(void) av;
 	if (spank_context() != S_CTX_REMOTE || !gb_stepd_plan())
 		return 0;
-	return gb_cgroup_task_exit(sp);
+	return gb_stepd_task_exit(sp);
 }
 
 int slurm_spank_exit(spank_t sp, int ac, char **av)

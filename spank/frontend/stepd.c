@@ -1,7 +1,8 @@
 /*
- * slurmstepd (remote context). init_post_opt plans the whole step once,
- * in a forked engine child, before any task exists; task_init applies the
- * per-task rule in plain C inside each task child.
+ * slurmstepd (remote context). init_post_opt reads the step's facts and plans
+ * the whole step once, in a forked engine child, before any task exists;
+ * task_init applies the per-task rule in plain C inside each task child
+ * (docs/architecture.md).
  */
 #include "gpubind.h"
 
@@ -23,51 +24,67 @@
 
 #define GB_ENV_MAX (1024 * 1024)
 
-static struct gb_table plan;
-static int plan_active;
-static long plan_start_us;
+/*
+ * The step as slurmstepd's callbacks see it: its facts, read once by
+ * step_get_info at the start of init_post_opt; its plan; and why it has
+ * none. Cleared by gb_stepd_exit.
+ */
+static struct {
+	uint32_t job_id;            /* S_JOB_ID */
+	uint32_t step_id;           /* S_JOB_STEPID */
+	uint32_t local_task_count;  /* S_JOB_LOCAL_TASK_COUNT */
+	uint32_t *global_ids;       /* S_JOB_LOCAL_TO_GLOBAL_ID of each local task */
+	uid_t uid;                  /* S_JOB_UID */
+	gid_t gid;                  /* S_JOB_GID */
+	char *node_name;            /* SLURMD_NODENAME (see step_node_name) */
+	long start_us;              /* when init_post_opt began */
+	/*
+	 * The step's CPUs: slurmstepd's own affinity once task/cgroup moved it
+	 * into the step's cpuset (task_p_pre_setuid, which Slurm runs before
+	 * slurm_spank_user_init). A task mask that holds all of them is no
+	 * per-task binding. Written before the tasks are forked, so they
+	 * inherit it.
+	 */
+	cpu_set_t cpus;
+	int have_cpus;
+	struct gb_table plan;
+	int plan_active;
+	/*
+	 * Why this step has no plan. In init_post_opt the user's terminal is
+	 * not connected yet (Slurm would only say "Plugin initialization
+	 * failed"), so the tasks report it: with mode=enforce every task fails
+	 * in task_init, with mode=optional local task 0 prints the warning.
+	 */
+	char problem[2400];
+	int problem_fatal;
+} step;
 
 /*
- * Why this step has no plan. In init_post_opt the user's terminal is not
- * connected yet (Slurm would only say "Plugin initialization failed"), so
- * the tasks report it: with mode=enforce every task fails in task_init,
- * with mode=optional local task 0 prints the warning.
+ * Step environment values handed to the engine: the env.NAME list of
+ * spank/PROTOCOL.md section 1, which the engine reads (envKeys in
+ * spank/engine/engine.go). TestEnvKeysNamedOnce checks all three agree.
  */
-static char plan_problem[2400];
-static int plan_problem_fatal;
-
-/* Step environment values handed to the engine (PROTOCOL.md 1). */
 static const char *const request_env[] = {
 	"SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES",
 	"SLURM_CONF", GB_ENV_OPTION,
 };
 
-/* For H-E's cgroup code: the plan of this step, NULL when unbound. */
-/*
- * The step's CPUs: slurmstepd's own affinity once task/cgroup moved it into
- * the step's cpuset (task_p_pre_setuid, which Slurm runs before
- * slurm_spank_user_init). A task mask that holds all of them is no per-task
- * binding. Written before the tasks are forked, so they inherit it.
- */
-static cpu_set_t step_cpus;
-static int have_step_cpus;
-
 void gb_stepd_user_init(void)
 {
-	have_step_cpus = !sched_getaffinity(0, sizeof(step_cpus), &step_cpus);
-	if (!have_step_cpus)
+	step.have_cpus = !sched_getaffinity(0, sizeof(step.cpus), &step.cpus);
+	if (!step.have_cpus)
 		gb_debug("sched_getaffinity: %s; the step's CPUs are unknown",
 			 strerror(errno));
 }
 
 const cpu_set_t *gb_stepd_step_cpus(void)
 {
-	return have_step_cpus ? &step_cpus : NULL;
+	return step.have_cpus ? &step.cpus : NULL;
 }
 
 const struct gb_table *gb_stepd_plan(void)
 {
-	return plan_active ? &plan : NULL;
+	return step.plan_active ? &step.plan : NULL;
 }
 
 /*
@@ -102,6 +119,98 @@ static char *getenv_alloc(spank_t sp, const char *name, int *failed)
 		*failed = 1;
 		return NULL;
 	}
+}
+
+static int get_u32(spank_t sp, spank_item_t item, const char *name,
+		   uint32_t *v)
+{
+	spank_err_t rc = spank_get_item(sp, item, v);
+
+	if (rc != ESPANK_SUCCESS) {
+		gb_spank_error("spank_get_item", name, rc);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * slurmstepd's own SLURMD_NODENAME (it sets it at start) names this node.
+ * The job's may not: an srun inside sbatch carries the batch host's name to
+ * every node of the step. Then the job's, then the host name. NULL only on a
+ * failed spank_getenv (logged).
+ */
+static char *step_node_name(spank_t sp)
+{
+	char host[256];
+	char *nn = getenv("SLURMD_NODENAME") ?
+		strdup(getenv("SLURMD_NODENAME")) : NULL;
+	int failed = 0;
+
+	if (!nn)
+		nn = getenv_alloc(sp, "SLURMD_NODENAME", &failed);
+	if (failed)
+		return NULL;
+	if (!nn && !gethostname(host, sizeof(host))) {
+		host[sizeof(host) - 1] = '\0';
+		host[strcspn(host, ".")] = '\0';
+		nn = strdup(host);
+	}
+	return nn ? nn : strdup("");
+}
+
+/* These steps only pass the option on to the steps inside them. */
+static int step_passes_option_on(void)
+{
+	return step.step_id == SLURM_BATCH_SCRIPT ||
+	       step.step_id == SLURM_EXTERN_CONT ||
+	       step.step_id == SLURM_INTERACTIVE_STEP;
+}
+
+/*
+ * Fills step's facts (for a step that passes the option on, its ids only);
+ * each item that cannot be read is logged by name. Returns 0 or -1.
+ */
+static int step_get_info(spank_t sp)
+{
+	int failed = 0;
+	spank_err_t rc;
+
+	failed |= get_u32(sp, S_JOB_ID, "S_JOB_ID", &step.job_id);
+	failed |= get_u32(sp, S_JOB_STEPID, "S_JOB_STEPID", &step.step_id);
+	failed |= get_u32(sp, S_JOB_LOCAL_TASK_COUNT, "S_JOB_LOCAL_TASK_COUNT",
+			  &step.local_task_count);
+	if (failed)
+		return -1;
+	if (step_passes_option_on())
+		return 0;
+	if ((rc = spank_get_item(sp, S_JOB_UID, &step.uid)) != ESPANK_SUCCESS) {
+		gb_spank_error("spank_get_item", "S_JOB_UID", rc);
+		failed = 1;
+	}
+	if ((rc = spank_get_item(sp, S_JOB_GID, &step.gid)) != ESPANK_SUCCESS) {
+		gb_spank_error("spank_get_item", "S_JOB_GID", rc);
+		failed = 1;
+	}
+	step.node_name = step_node_name(sp);
+	failed |= !step.node_name;
+	if (failed)
+		return -1;
+	step.global_ids = calloc((size_t) step.local_task_count + 1,
+				 sizeof(*step.global_ids));
+	if (!step.global_ids) {
+		gb_error("out of memory for %u task ids", step.local_task_count);
+		return -1;
+	}
+	for (uint32_t i = 0; i < step.local_task_count; i++) {
+		rc = spank_get_item(sp, S_JOB_LOCAL_TO_GLOBAL_ID, i,
+				    &step.global_ids[i]);
+		if (rc != ESPANK_SUCCESS) {
+			gb_spank_error("spank_get_item",
+				       "S_JOB_LOCAL_TO_GLOBAL_ID", rc);
+			return -1;
+		}
+	}
+	return 0;
 }
 
 struct req {
@@ -141,26 +250,10 @@ static void req_add(struct req *r, const char *key, const char *val)
 	r->len += sprintf(r->p + r->len, "%s=%s\n", key, val);
 }
 
-static int get_u32(spank_t sp, spank_item_t item, const char *name,
-		   uint32_t *v)
-{
-	spank_err_t rc = spank_get_item(sp, item, v);
-
-	if (rc != ESPANK_SUCCESS) {
-		gb_spank_error("spank_get_item", name, rc);
-		return -1;
-	}
-	return 0;
-}
-
 static int build_request(spank_t sp, const char *option, struct req *r)
 {
-	uint32_t ntasks, u;
-	uid_t uid;
-	gid_t gid;
-	spank_err_t rc;
-	char num[32], host[256];
-	char *ids = NULL;
+	char num[32];
+	char *ids;
 	size_t idlen = 0;
 	int failed = 0;
 
@@ -174,62 +267,22 @@ static int build_request(spank_t sp, const char *option, struct req *r)
 	req_add(r, "force", gb_conf.force);
 	req_add(r, "never", gb_conf.never);
 
-	if ((rc = spank_get_item(sp, S_JOB_UID, &uid)) != ESPANK_SUCCESS) {
-		gb_spank_error("spank_get_item", "S_JOB_UID", rc);
-		return -1;
-	}
-	if ((rc = spank_get_item(sp, S_JOB_GID, &gid)) != ESPANK_SUCCESS) {
-		gb_spank_error("spank_get_item", "S_JOB_GID", rc);
-		return -1;
-	}
-	(void) snprintf(num, sizeof(num), "%u", (unsigned) uid);
+	(void) snprintf(num, sizeof(num), "%u", (unsigned) step.uid);
 	req_add(r, "uid", num);
-	(void) snprintf(num, sizeof(num), "%u", (unsigned) gid);
+	(void) snprintf(num, sizeof(num), "%u", (unsigned) step.gid);
 	req_add(r, "gid", num);
-
-	{
-		/*
-		 * slurmstepd's own SLURMD_NODENAME (it sets it at start) names
-		 * this node. The job's may not: an srun inside sbatch carries
-		 * the batch host's name to every node of the step.
-		 */
-		char *nn = getenv("SLURMD_NODENAME") ?
-			strdup(getenv("SLURMD_NODENAME")) : NULL;
-
-		if (!nn)
-			nn = getenv_alloc(sp, "SLURMD_NODENAME", &failed);
-		if (failed)
-			return -1;
-		if (!nn && !gethostname(host, sizeof(host))) {
-			host[sizeof(host) - 1] = '\0';
-			host[strcspn(host, ".")] = '\0';
-			nn = strdup(host);
-		}
-		req_add(r, "node_name", nn ? nn : "");
-		free(nn);
-	}
-
-	if (get_u32(sp, S_JOB_LOCAL_TASK_COUNT, "S_JOB_LOCAL_TASK_COUNT",
-		    &ntasks))
-		return -1;
-	(void) snprintf(num, sizeof(num), "%u", ntasks);
+	req_add(r, "node_name", step.node_name);
+	(void) snprintf(num, sizeof(num), "%u", step.local_task_count);
 	req_add(r, "local_tasks", num);
-	ids = malloc((size_t) ntasks * 12 + 2);
+	ids = malloc((size_t) step.local_task_count * 12 + 2);
 	if (!ids) {
-		gb_error("out of memory for %u task ids", ntasks);
+		gb_error("out of memory for %u task ids", step.local_task_count);
 		return -1;
 	}
 	ids[0] = '\0';
-	for (uint32_t i = 0; i < ntasks; i++) {
-		rc = spank_get_item(sp, S_JOB_LOCAL_TO_GLOBAL_ID, i, &u);
-		if (rc != ESPANK_SUCCESS) {
-			gb_spank_error("spank_get_item",
-				       "S_JOB_LOCAL_TO_GLOBAL_ID", rc);
-			free(ids);
-			return -1;
-		}
-		idlen += sprintf(ids + idlen, "%s%u", i ? "," : "", u);
-	}
+	for (uint32_t i = 0; i < step.local_task_count; i++)
+		idlen += sprintf(ids + idlen, "%s%u", i ? "," : "",
+				 step.global_ids[i]);
 	req_add(r, "global_ids", ids);
 	free(ids);
 
@@ -264,14 +317,14 @@ static int build_request(spank_t sp, const char *option, struct req *r)
 	return 0;
 }
 
-/* Plan failed: enforce fails the step, optional runs it unbound. */
+/*
+ * Plan failed: enforce fails the step, optional runs it unbound. Either way
+ * init_post_opt succeeds and the tasks report it (step.problem).
+ */
 static int plan_failed(const char *what)
 {
-	plan_problem_fatal = !gb_conf.mode_optional;
-	(void) snprintf(plan_problem, sizeof(plan_problem), "%s%s", what,
-			plan_problem_fatal ? "" :
-			"; tasks run unbound (mode=optional)");
-	gb_error("%s", plan_problem);
+	step.problem_fatal = gb_failed(what, "tasks run unbound", step.problem,
+				       sizeof(step.problem)) < 0;
 	return 0;
 }
 
@@ -312,35 +365,73 @@ static void apply_admin_flags(struct gb_table *t)
 	t->flags = (t->flags | force) & ~never;
 }
 
-int gb_stepd_init_post_opt(spank_t sp)
+/*
+ * The table of this step from the engine child, in step.plan. Returns 0, or
+ * plan_failed's value with why it failed.
+ */
+static int plan_from_engine(const char *engine, const char *request,
+			    const char *option, struct gb_plancache *pc)
 {
-	uint32_t stepid, ntasks;
-	char option[1024], engine[1024], err[1024], why[2200], ex[128];
-	char flags[64];
-	char *envopt;
-	struct req r = { 0 };
+	char err[1024], why[2200], ex[128];
 	struct gb_child_result res;
-	struct gb_plancache pc;
-	int failed, rc;
-	long t0 = gb_now_us();
+	uint32_t ntasks = step.local_task_count;
+	int rc;
 
-	plan_start_us = t0;
-	if (get_u32(sp, S_JOB_STEPID, "S_JOB_STEPID", &stepid) ||
-	    get_u32(sp, S_JOB_LOCAL_TASK_COUNT, "S_JOB_LOCAL_TASK_COUNT",
-		    &ntasks))
-		return gb_conf.mode_optional ? 0 : -1;
-	/* These steps only pass the option on to the steps inside them. */
-	if (stepid == SLURM_BATCH_SCRIPT || stepid == SLURM_EXTERN_CONT ||
-	    stepid == SLURM_INTERACTIVE_STEP)
-		return 0;
-
-	envopt = getenv_alloc(sp, GB_ENV_OPTION, &failed);
-	if (failed)
-		return plan_failed("cannot read " GB_ENV_OPTION);
-	rc = gb_effective_option(envopt, option, sizeof(option));
-	free(envopt);
+	rc = gb_run_engine(engine, request, gb_conf.timeout_ms, &res, err,
+			   sizeof(err));
+	describe_exit(&res, ex, sizeof(ex));
+	if (rc) {
+		free(res.out);
+		(void) snprintf(why, sizeof(why), "plan for --%s=%s failed: %s%s",
+				GB_OPTION_NAME, option, err, ex);
+		return plan_failed(why);
+	}
+	rc = gb_table_parse(res.out, res.outlen, &step.plan, err, sizeof(err));
 	if (!rc)
-		return 0;    /* off: no child, no environment change */
+		gb_plancache_put(pc, &step.plan, ntasks, &res, res.out, res.outlen);
+	free(res.out);
+	if (rc) {
+		(void) snprintf(why, sizeof(why),
+				"plan for --%s=%s unusable: %s%s",
+				GB_OPTION_NAME, option, err, ex);
+		return plan_failed(why);
+	}
+	if (step.plan.status == GB_STATUS_ERROR) {
+		size_t off = 0;
+
+		off = snprintf(why, sizeof(why), "--%s=%s:", GB_OPTION_NAME,
+			       option);
+		for (int i = 0; i < step.plan.nmessages && off < sizeof(why); i++)
+			off += snprintf(why + off, sizeof(why) - off, " %s",
+					step.plan.messages[i]);
+		if (!step.plan.nmessages && off < sizeof(why))
+			(void) snprintf(why + off, sizeof(why) - off,
+					" the engine failed%s", ex);
+		gb_table_free(&step.plan);
+		return plan_failed(why);
+	}
+	if (step.plan.ntasks != (int) ntasks) {
+		(void) snprintf(why, sizeof(why),
+				"plan for --%s=%s has %d tasks, the step has %u here",
+				GB_OPTION_NAME, option, step.plan.ntasks, ntasks);
+		gb_table_free(&step.plan);
+		return plan_failed(why);
+	}
+	if (res.timed_out)
+		gb_error("warning: %s; the plan it wrote is used", err);
+	return 0;
+}
+
+/*
+ * The step's plan, in step.plan (step.plan_active), from the plan cache or
+ * the engine. Returns plan_failed's value when there is none.
+ */
+static int plan_step(spank_t sp, const char *option)
+{
+	char engine[1024], flags[64];
+	struct req r = { 0 };
+	struct gb_plancache pc;
+	int rc;
 
 	if (gb_conf.engine[0])
 		(void) snprintf(engine, sizeof(engine), "%s", gb_conf.engine);
@@ -353,145 +444,157 @@ int gb_stepd_init_post_opt(spank_t sp)
 	}
 	/* A step shape planned before: its table, no engine child. */
 	gb_plancache_begin(&pc, engine, r.p);
-	if (gb_plancache_get(&pc, ntasks, &plan)) {
-		free(r.p);
-		goto planned;
-	}
-	rc = gb_run_engine(engine, r.p, gb_conf.timeout_ms, &res, err,
-			   sizeof(err));
+	rc = 0;
+	if (!gb_plancache_get(&pc, step.local_task_count, &step.plan))
+		rc = plan_from_engine(engine, r.p, option, &pc);
 	free(r.p);
-	describe_exit(&res, ex, sizeof(ex));
-	if (rc) {
-		free(res.out);
-		(void) snprintf(why, sizeof(why), "plan for --%s=%s failed: %s%s",
-				GB_OPTION_NAME, option, err, ex);
-		return plan_failed(why);
+	if (rc || step.problem[0]) {
+		gb_plancache_end(&pc);
+		return rc;
 	}
-	rc = gb_table_parse(res.out, res.outlen, &plan, err, sizeof(err));
-	if (!rc)
-		gb_plancache_put(&pc, &plan, ntasks, &res, res.out, res.outlen);
-	free(res.out);
-	if (rc) {
-		(void) snprintf(why, sizeof(why),
-				"plan for --%s=%s unusable: %s%s",
-				GB_OPTION_NAME, option, err, ex);
-		return plan_failed(why);
-	}
-	if (plan.status == GB_STATUS_ERROR) {
-		size_t off = 0;
-
-		off = snprintf(why, sizeof(why), "--%s=%s:", GB_OPTION_NAME,
-			       option);
-		for (int i = 0; i < plan.nmessages && off < sizeof(why); i++)
-			off += snprintf(why + off, sizeof(why) - off, " %s",
-					plan.messages[i]);
-		if (!plan.nmessages && off < sizeof(why))
-			(void) snprintf(why + off, sizeof(why) - off,
-					" the engine failed%s", ex);
-		gb_table_free(&plan);
-		return plan_failed(why);
-	}
-	if (plan.ntasks != (int) ntasks) {
-		(void) snprintf(why, sizeof(why),
-				"plan for --%s=%s has %d tasks, the step has %u here",
-				GB_OPTION_NAME, option, plan.ntasks, ntasks);
-		gb_table_free(&plan);
-		return plan_failed(why);
-	}
-	if (res.timed_out)
-		gb_error("warning: %s; the plan it wrote is used", err);
-planned:
-	apply_admin_flags(&plan);
-	for (int i = 0; i < plan.nmessages; i++) {
-		if (plan.status == GB_STATUS_WARN)
-			gb_error("warning: %s", plan.messages[i]);
+	apply_admin_flags(&step.plan);
+	for (int i = 0; i < step.plan.nmessages; i++) {
+		if (step.plan.status == GB_STATUS_WARN)
+			gb_error("warning: %s", step.plan.messages[i]);
 		else
-			gb_verbose("%s", plan.messages[i]);
+			gb_verbose("%s", step.plan.messages[i]);
 	}
-	plan_active = 1;
-	gb_flags_format(plan.flags, flags, sizeof(flags));
+	step.plan_active = 1;
+	gb_flags_format(step.plan.flags, flags, sizeof(flags));
 	gb_verbose("step plan took %.1f ms (%d tasks, %d GPUs, rule %s, flags %s%s)",
-		   (gb_now_us() - t0) / 1000.0, plan.ntasks, plan.ngpus,
-		   plan.rule == GB_RULE_NUMA ? "numa" : "table", flags,
+		   (gb_now_us() - step.start_us) / 1000.0, step.plan.ntasks,
+		   step.plan.ngpus,
+		   step.plan.rule == GB_RULE_NUMA ? "numa" : "table", flags,
 		   pc.hit ? ", plan cache hit" : "");
 	gb_plancache_end(&pc);
+	return 0;
+}
+
+/*
+ * The option text to plan for, in option. Returns 1 to plan, 0 when the step
+ * is not bound (off, or a step that only passes the option on).
+ */
+static int step_option(spank_t sp, char *option, size_t len)
+{
+	char *envopt;
+	int failed, rc;
+
+	if (step_passes_option_on())
+		return 0;
+	envopt = getenv_alloc(sp, GB_ENV_OPTION, &failed);
+	if (failed)
+		return plan_failed("cannot read " GB_ENV_OPTION);
+	rc = gb_effective_option(envopt, option, len);
+	free(envopt);
+	return rc;   /* 0 for off: no child, no environment change */
+}
+
+int gb_stepd_init_post_opt(spank_t sp)
+{
+	char option[1024];
+	int info;
+
+	step.start_us = gb_now_us();
+	info = step_get_info(sp);   /* an id it cannot read stays 0: a plain step */
+	if (!step_option(sp, option, sizeof(option)))
+		return 0;
+	if (info)
+		return plan_failed("cannot read the step from Slurm");
+	if (plan_step(sp, option) || !step.plan_active)
+		return 0;
 	/* isolate/cpus: per-task cgroups (cgroup_stepd.c). */
-	return gb_cgroup_prepare(sp, &plan);
+	return gb_stepcg_prepare(step.job_id, step.step_id, &step.plan);
 }
 
-static int task_failed(const char *what)
-{
-	if (gb_conf.mode_optional) {
-		gb_error("%s; task runs unbound (mode=optional)", what);
-		return 0;
-	}
-	gb_error("%s", what);
-	return -1;
-}
+/* What task_init knows about its task. */
+struct task {
+	int lid;                 /* S_TASK_ID */
+	uint32_t gid;            /* S_TASK_GLOBAL_ID */
+	char *bind_type;         /* SLURM_CPU_BIND_TYPE, NULL when unset */
+	char *bind_list;         /* SLURM_CPU_BIND_LIST, NULL when unset */
+	cpu_set_t own, *ownp;    /* its affinity, ownp NULL when unknown */
+	struct gb_result res;    /* the rule's answer */
+	char why[700];           /* what failed */
+};
 
-int gb_stepd_task_init(spank_t sp)
+/* Fills tk; each item that cannot be read is logged by name. */
+static int task_get_info(spank_t sp, struct task *tk)
 {
-	int keep;
-	int lid, failed = 0;
-	uint32_t gid;
 	spank_err_t rc;
-	char *btype = NULL, *blist = NULL;
-	cpu_set_t own, *ownp = NULL;
-	struct gb_result res;
-	char err[512], env[8192], line[2048];
-	int ret = 0;
+	int failed = 0;
 
-	if (!plan_active && !plan_problem[0])
-		return 0;
-	if ((rc = spank_get_item(sp, S_TASK_ID, &lid)) != ESPANK_SUCCESS) {
+	if ((rc = spank_get_item(sp, S_TASK_ID, &tk->lid)) != ESPANK_SUCCESS) {
 		gb_spank_error("spank_get_item", "S_TASK_ID", rc);
-		return task_failed("cannot read the local task id");
+		(void) snprintf(tk->why, sizeof(tk->why),
+				"cannot read the local task id");
+		return -1;
 	}
-	if (!plan_active) {
-		char out[2500];
-		int n = snprintf(out, sizeof(out), "%s%s%s\n", GB_PREFIX,
-				 plan_problem_fatal ? "error: " : "warning: ",
-				 plan_problem);
-
-		if ((plan_problem_fatal || lid == 0) && n > 0)
-			(void) !write(STDERR_FILENO, out,
-				      (size_t) n < sizeof(out) ? (size_t) n
-							       : sizeof(out) - 1);
-		return plan_problem_fatal ? -1 : 0;
+	if (!step.plan_active)
+		return 0;
+	if (get_u32(sp, S_TASK_GLOBAL_ID, "S_TASK_GLOBAL_ID", &tk->gid)) {
+		(void) snprintf(tk->why, sizeof(tk->why),
+				"cannot read the global task id");
+		return -1;
 	}
-	if (get_u32(sp, S_TASK_GLOBAL_ID, "S_TASK_GLOBAL_ID", &gid))
-		return task_failed("cannot read the global task id");
-	btype = getenv_alloc(sp, "SLURM_CPU_BIND_TYPE", &failed);
+	tk->bind_type = getenv_alloc(sp, "SLURM_CPU_BIND_TYPE", &failed);
 	if (!failed)
-		blist = getenv_alloc(sp, "SLURM_CPU_BIND_LIST", &failed);
+		tk->bind_list = getenv_alloc(sp, "SLURM_CPU_BIND_LIST", &failed);
 	if (failed) {
-		ret = task_failed("cannot read the task's CPU binding");
-		goto out;
+		(void) snprintf(tk->why, sizeof(tk->why),
+				"cannot read the task's CPU binding");
+		return -1;
 	}
-	if (!sched_getaffinity(0, sizeof(own), &own))
-		ownp = &own;
-	if (gb_rule_apply(&plan, lid, btype, blist, ownp, gb_stepd_step_cpus(),
-			  &res, err, sizeof(err))) {
-		char why[700];
+	if (!sched_getaffinity(0, sizeof(tk->own), &tk->own))
+		tk->ownp = &tk->own;
+	return 0;
+}
 
-		(void) snprintf(why, sizeof(why), "task %d: %s", lid, err);
-		ret = task_failed(why);
-		goto out;
-	}
-	/* Within the GPUs the task's device cgroup lets it open (Slurm's
-	 * per-task binding, isolate), numbered as CUDA will number them. */
-	if (gb_result_restrict(&plan, &res, NULL, err, sizeof(err))) {
-		char why[700];
+/* No plan: the task says why (all tasks under enforce, task 0 otherwise). */
+static int task_report_problem(int lid)
+{
+	char out[2500];
+	int n = snprintf(out, sizeof(out), "%s%s%s\n", GB_PREFIX,
+			 step.problem_fatal ? "error: " : "warning: ",
+			 step.problem);
 
-		(void) snprintf(why, sizeof(why), "task %d: %s", lid, err);
-		ret = task_failed(why);
-		goto out;
+	if ((step.problem_fatal || lid == 0) && n > 0)
+		(void) !write(STDERR_FILENO, out,
+			      (size_t) n < sizeof(out) ? (size_t) n
+						       : sizeof(out) - 1);
+	return step.problem_fatal ? -1 : 0;
+}
+
+/* The rule's answer for the task, within the GPUs it may open. */
+static int task_rule(struct task *tk)
+{
+	const struct gb_table *plan = &step.plan;
+	char err[512];
+
+	if (gb_rule_apply(plan, tk->lid, tk->bind_type, tk->bind_list,
+			  tk->ownp, gb_stepd_step_cpus(), &tk->res, err,
+			  sizeof(err)) ||
+	    /* Within the GPUs the task's device cgroup lets it open (Slurm's
+	     * per-task binding, isolate), numbered as CUDA will number them. */
+	    gb_result_restrict(plan, &tk->res, NULL, err, sizeof(err))) {
+		(void) snprintf(tk->why, sizeof(tk->why), "task %d: %s",
+				tk->lid, err);
+		return -1;
 	}
-	if (!res.ngpus)
-		env[0] = '\0';  /* no GPU on this node for the task: set nothing */
-	else if (gb_result_env(&plan, &res, env, sizeof(env))) {
-		ret = task_failed("per-task environment too long");
-		goto out;
+	return 0;
+}
+
+static int task_set_env(spank_t sp, struct task *tk)
+{
+	char env[8192];
+	spank_err_t rc;
+	int keep;
+
+	if (!tk->res.ngpus)
+		return 0;  /* no GPU on this node for the task: set nothing */
+	if (gb_result_env(&step.plan, &tk->res, env, sizeof(env))) {
+		(void) snprintf(tk->why, sizeof(tk->why),
+				"per-task environment too long");
+		return -1;
 	}
 	for (char *p = env, *nl; *p; p = nl + 1) {
 		char *eq;
@@ -506,35 +609,46 @@ int gb_stepd_task_init(spank_t sp)
 		keep = !strcmp(p, "NCCL_IB_HCA") || !strcmp(p, "UCX_NET_DEVICES");
 		rc = spank_setenv(sp, p, eq + 1, !keep);
 		if (keep && rc == ESPANK_ENV_EXISTS) {
-			gb_verbose("task %d: %s is set already; kept", lid, p);
+			gb_verbose("task %d: %s is set already; kept", tk->lid,
+				   p);
 			continue;
 		}
 		if (rc != ESPANK_SUCCESS) {
 			gb_spank_error("spank_setenv", p, rc);
-			ret = task_failed("cannot set the task's environment");
-			goto out;
+			(void) snprintf(tk->why, sizeof(tk->why),
+					"cannot set the task's environment");
+			return -1;
 		}
 	}
-	if (res.set_cpus && ownp) {
-		cpu_set_t want;
+	return 0;
+}
 
-		/* Only within what Slurm already gave the task. */
-		CPU_AND(&want, &res.cpus, &own);
-		if (CPU_COUNT(&want) &&
-		    sched_setaffinity(0, sizeof(want), &want)) {
-			char why[128];
+/* cpus flag: only within what Slurm already gave the task. */
+static int task_set_affinity(struct task *tk)
+{
+	cpu_set_t want;
 
-			(void) snprintf(why, sizeof(why),
-					"task %d: sched_setaffinity: %s", lid,
-					strerror(errno));
-			ret = task_failed(why);
-			goto out;
-		}
+	if (!tk->res.set_cpus || !tk->ownp)
+		return 0;
+	CPU_AND(&want, &tk->res.cpus, &tk->own);
+	if (CPU_COUNT(&want) && sched_setaffinity(0, sizeof(want), &want)) {
+		(void) snprintf(tk->why, sizeof(tk->why),
+				"task %d: sched_setaffinity: %s", tk->lid,
+				strerror(errno));
+		return -1;
 	}
-	if (gb_result_logline(&plan, &res, lid, (long) gid, line,
-			      sizeof(line)) == 0) {
+	return 0;
+}
+
+/* The mapping line: slurmd's log, and the user's stderr with verbose. */
+static void task_log(const struct task *tk)
+{
+	char line[2048];
+
+	if (gb_result_logline(&step.plan, &tk->res, tk->lid, (long) tk->gid,
+			      line, sizeof(line)) == 0) {
 		gb_info("%s", line);
-		if (plan.flags & GB_FLAG_VERBOSE) {
+		if (step.plan.flags & GB_FLAG_VERBOSE) {
 			char out[2100];
 			int n = snprintf(out, sizeof(out), "%s%s\n", GB_PREFIX,
 					 line);
@@ -543,20 +657,83 @@ int gb_stepd_task_init(spank_t sp)
 				(void) !write(STDERR_FILENO, out, n);
 		}
 	}
-	if (lid == plan.ntasks - 1)
+	if (tk->lid == step.plan.ntasks - 1)
 		gb_verbose("task %d bound %.1f ms after the step plan started",
-			   lid, (gb_now_us() - plan_start_us) / 1000.0);
+			   tk->lid, (gb_now_us() - step.start_us) / 1000.0);
+}
+
+int gb_stepd_task_init(spank_t sp)
+{
+	struct task tk = { .lid = -1 };
+	int ret = 0;
+
+	if (!step.plan_active && !step.problem[0])
+		return 0;
+	if (task_get_info(sp, &tk) < 0)
+		goto fail;
+	if (!step.plan_active) {
+		ret = task_report_problem(tk.lid);
+		goto out;
+	}
+	if (task_rule(&tk) < 0 || task_set_env(sp, &tk) < 0 ||
+	    task_set_affinity(&tk) < 0)
+		goto fail;
+	task_log(&tk);
+	goto out;
+fail:
+	ret = gb_failed(tk.why, "task runs unbound", NULL, 0);
 out:
-	free(btype);
-	free(blist);
+	free(tk.bind_type);
+	free(tk.bind_list);
 	return ret;
+}
+
+/*
+ * With SlurmdParameters=contain_spank this may run in a clone(CLONE_VM)
+ * child: plain C only (the cgroup moves of cgroup_stepd.c and a debug line).
+ */
+int gb_stepd_task_post_fork(spank_t sp)
+{
+	int lid = -1;
+	pid_t pid = 0;
+	spank_err_t rc;
+
+	if ((rc = spank_get_item(sp, S_TASK_ID, &lid)) == ESPANK_SUCCESS)
+		gb_debug("task %d started", lid);
+	if (!gb_stepcg_active())
+		return 0;
+	if (rc != ESPANK_SUCCESS) {
+		gb_spank_error("spank_get_item", "S_TASK_ID", rc);
+		lid = -1;
+	} else if ((rc = spank_get_item(sp, S_TASK_PID, &pid)) !=
+		   ESPANK_SUCCESS) {
+		gb_spank_error("spank_get_item", "S_TASK_PID", rc);
+		lid = -1;
+	}
+	return gb_stepcg_task_post_fork(&step.plan, lid, pid);
+}
+
+int gb_stepd_task_exit(spank_t sp)
+{
+	int lid = -1;
+	spank_err_t rc;
+
+	if (!gb_stepcg_active())
+		return 0;
+	if ((rc = spank_get_item(sp, S_TASK_ID, &lid)) != ESPANK_SUCCESS) {
+		gb_spank_error("spank_get_item", "S_TASK_ID", rc);
+		return 0;
+	}
+	gb_stepcg_task_exit(lid);
+	return 0;
 }
 
 void gb_stepd_exit(void)
 {
-	gb_cgroup_exit();
-	plan_problem[0] = '\0';
-	if (plan_active)
-		gb_table_free(&plan);
-	plan_active = 0;
+	gb_stepcg_exit();
+	if (step.plan_active)
+		gb_table_free(&step.plan);
+	free(step.global_ids);
+	free(step.node_name);
+	memset(&step, 0, sizeof(step));
 }

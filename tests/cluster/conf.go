@@ -62,7 +62,7 @@ func (cfg Config) normalize() (Config, error) {
 		return cfg, fmt.Errorf("cluster: Config.TaskPlugin=%q: expected task/none, task/affinity, task/cgroup or task/cgroup,task/affinity", cfg.TaskPlugin)
 	}
 	if cfg.Proctrack == "" {
-		// task/cgroup is normally paired with proctrack/cgroup (DESIGN.md section 6).
+		// task/cgroup is normally paired with proctrack/cgroup.
 		cfg.Proctrack = "proctrack/linuxproc"
 		if cfg.usesTaskCgroup() {
 			cfg.Proctrack = "proctrack/cgroup"
@@ -178,7 +178,7 @@ func (c *Cluster) writeConfigs(ctldPort int, nodePorts []int, mungeSocket string
 		"GresTypes=gpu",
 	)
 	if cfg.CPUs > runtime.NumCPU() {
-		// Declare more CPUs than the machine has (DESIGN.md: tests of 4-8 tasks with GPUs).
+		// Declare more CPUs than the machine has: the tests run 4-8 tasks with GPUs.
 		lines = append(lines, "SlurmdParameters=config_overrides")
 	}
 	// Extra lines replace a default line with the same key; NodeName/PartitionName lines add.

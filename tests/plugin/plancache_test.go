@@ -26,7 +26,7 @@ func planLines(c *cluster.Cluster, node string, offset int) (hits []bool, log st
 	return hits, log
 }
 
-// The plan cache (issue 16) under a real slurmstepd: the second step of a
+// The plan cache (spank/frontend/plancache.c) under a real slurmstepd: the second step of a
 // shape is a hit and binds exactly as the first; a plugstack setting change
 // is a miss; with a cache_dir the front end may not use, steps still bind.
 func TestPlanCacheSlurm(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// The plan cache (issue 16, spank/frontend/plancache.c), through the real
+// The plan cache (spank/frontend/plancache.c), through the real
 // front end in the spankhost. The table test engine saves its request in
 // cache_dir/request.txt each time it runs, so "request.txt appeared" means
 // the engine child ran (a miss) and "none" means the plan came from the
