@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpubind benchmarks (issue 7). `make bench` runs them all; one section alone:
+# gpubind benchmarks. `make bench` runs them all; one section alone:
 #
 #   bench/run.sh [all | launch | plancache | stepd | init | scaling | go]...
 #
@@ -254,7 +254,7 @@ wait_idle() {
 	die "node $1 still has jobs after 200 tries: $(squeue -w "$1" -t PD,CF,R,CG,S)"
 }
 
-# ---- 1b. launch with the plan cache (issue 16) --------------------------------------------------
+# ---- 1b. launch with the plan cache --------------------------------------------------------------
 # One node, task/affinity, 16 CPUs declared on this 2-core VM, 8 fake GPUs. Per run and N, four
 # variants in an order that rotates every run ("first" always right before "repeat"):
 #   none     empty plugstack.conf, srun without the option
@@ -321,9 +321,9 @@ $new"
 			done
 		done
 	done
-	# The engine child alone, and a posix_spawn launcher instead of fork (issue 14's design
-	# question): bench/c/spawn_launch.c, from a parent with 6 idle threads and 8 MB touched
-	# (slurmstepd's VmRSS is about 7 MB), 41 runs alternated, 3 rounds.
+	# The engine child alone, and a posix_spawn launcher instead of fork (docs/architecture.md
+	# says why fork stays): bench/c/spawn_launch.c, from a parent with 6 idle threads and 8 MB
+	# touched (slurmstepd's VmRSS is about 7 MB), 41 runs alternated, 3 rounds.
 	log "plancache: engine child, fork vs posix_spawn launcher"
 	cc -Wall -Wextra -Werror -O2 -o "$WORK/bin/spawn_launch" bench/c/spawn_launch.c -ldl -lpthread
 	printf '%s\n' option=closest mode=enforce source=sysfs "root=$FIXTURE" "cache_dir=$cache" \
@@ -338,7 +338,7 @@ $new"
 	"$WORK/testcluster" stop "$CLUSTER" || log "warning: cluster stop failed: $CLUSTER"
 	CLUSTER=""
 	{
-		echo "## 1b. Launch with the plan cache (issue 16)"
+		echo "## 1b. Launch with the plan cache"
 		echo
 		echo "\`bench/run.sh plancache\`: one node with \`TaskPlugin=task/affinity\`, 16 CPUs declared on this"
 		echo "$(nproc)-CPU machine (\`SlurmdParameters=config_overrides\`), 8 fake GPUs, the DGX H100 sysfs fixture,"
@@ -824,7 +824,7 @@ machine() {
 	echo "- Tree: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null) $(git -C "$ROOT" status --porcelain 2>/dev/null | grep -q . && echo '(with uncommitted changes)')"
 }
 
-# summary: the goals of issue 7 against this run's medians (from the CSVs present).
+# summary: the goals against this run's medians (from the CSVs present).
 summary() {
 	local c r lo hi
 	echo "## Summary against the goals"
@@ -896,6 +896,10 @@ assemble() {
 		echo
 		summary
 		for s in launch plancache stepd init scaling go; do
+			[[ -f $RES/$s.md ]] && { cat "$RES/$s.md"; echo; }
+		done
+		# Hand-written sections (runs on other machines), kept across runs.
+		for s in gpu helper12; do
 			[[ -f $RES/$s.md ]] && { cat "$RES/$s.md"; echo; }
 		done
 	} >"$out"

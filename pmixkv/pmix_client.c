@@ -1,5 +1,6 @@
 /* The PMIx calls of package pmixkv. Kept out of Go preambles so <pmix.h> reaches no generated
- * header (see DESIGN.md section 4). */
+ * header: cgo copies the preamble of a file with //export into the library's header, and every
+ * program built against libgpuhelper would then need the PMIx headers. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  *
  * Rank 0 puts 128 bytes (PMIX_BYTE_OBJECT) under a key carrying a sequence number and
  * commits; every rank (0 included) Gets the key from rank 0 with PMIX_TIMEOUT and no fence
- * (direct modex, DESIGN.md section 4) and checks each byte. Prints one line per rank:
+ * (direct modex: the server fetches it from rank 0 on demand) and checks each byte. Prints one line per rank:
  *   pmix_putget rank R of N ok KEY retries K
  * Usage: pmix_putget [SEQ]   (SEQ: 0..1000000, default 1; keys are never reused)
  * Exit status 0 on success, 1 with a "gpubind: pmix_putget: " message on stderr otherwise.

@@ -436,7 +436,7 @@ func TestV1InsideSlurmTaskCgroup(t *testing.T) {
 	}
 }
 
-// Review finding (issue 14, LOW): under a parent whose device rule is a wildcard
+// Review finding: under a parent whose device rule is a wildcard
 // ("c 195:* rwm"), v1 devices.deny of one minor is silently a no-op, so isolate would
 // leave every GPU open. The plugin reads devices.list back and refuses.
 func TestV1WildcardParentRefused(t *testing.T) {

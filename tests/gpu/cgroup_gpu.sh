@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Real-GPU evidence for per-task device isolation (issue 6, docs/cgroups.md).
+# Real-GPU evidence for per-task device isolation (docs/cgroups.md).
 #
 # Runs a small program (cgroup_gpu.c: open the GPU's /dev/nvidiaN, nvmlInit,
 # cuInit/cuDeviceGetCount, cudaGetDeviceCount; all dlopen'ed, no CUDA headers)

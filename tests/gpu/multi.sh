@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The multi-GPU run (issue 9) on any Linux node with N >= 1 NVIDIA GPUs, as root, in one command:
+# The multi-GPU run on any Linux node with N >= 1 NVIDIA GPUs, as root, in one command:
 #
 #   tests/gpu/multi.sh [OUTDIR]
 #

@@ -68,7 +68,7 @@ var accessRe = regexp.MustCompile(`(?m)^ACCESS (\d+) (\S+) (\S+)$`)
 // step of 2 GPUs the minors 3 and 1 (buses 8a and b1), not the first ones in PCI order (1b,
 // 3d). Each task prints the minors it can open, then runs ghtest: the bus id the library
 // reports must be the one CUDA gives cuda_device among the GPUs the task can open, in PCI
-// order (issue 15 finding 1: the library said 1b and 3d).
+// order (before the fix the library said 1b and 3d).
 func TestConstrainDevices(t *testing.T) {
 	needSetup(t)
 	if _, err := exec.LookPath("srun"); err != nil {

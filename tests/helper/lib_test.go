@@ -517,7 +517,7 @@ func TestExamples(t *testing.T) {
 var gpuLineRe = regexp.MustCompile(`(?m)^GPU (\d+) (-?\d+) (-?\d+) (\S+) (\S+) (\S+) \| (.*)$`)
 var finLineRe = regexp.MustCompile(`(?m)^FIN (\d+) (-?\d+) ([0-9.]+) ?(.*)$`)
 
-// TestMIG (issue 15 finding 7): CUDA shows a process one MIG instance only, the first MIG entry
+// TestMIG: CUDA shows a process one MIG instance only, the first MIG entry
 // of CUDA_VISIBLE_DEVICES. With two instances for two ranks, local rank 1 must get its own
 // instance as CUDA device 0 (the library narrows CUDA_VISIBLE_DEVICES before CUDA starts), not
 // cuda_device 1, which does not exist for it. With CUDA already loaded, rank 1 fails with
@@ -599,7 +599,7 @@ func pmixFiles(t *testing.T) []string {
 	return out
 }
 
-// TestNoPMIxLibrary (issue 15 LOW): libpmix.so.2 is loaded with dlopen, not a DT_NEEDED, so a
+// TestNoPMIxLibrary: libpmix.so.2 is loaded with dlopen, not a DT_NEEDED, so a
 // singleton runs on a host without PMIx. The test hides every libpmix.so.2 (/dev/null bound
 // over each file in a private mount namespace) and runs hello as a singleton; under a
 // launcher's environment of several processes the message says that PMIx is missing.

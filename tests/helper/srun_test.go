@@ -70,7 +70,7 @@ func TestSrun(t *testing.T) {
 		{"rank 0 exits before Put", 2, 4, []string{"GPUHELPER_TIMEOUT=3"}, []string{"die0"}, "GPUHELPER_ETIMEOUT"},
 		{"timeout", 2, 3, []string{"GPUHELPER_TIMEOUT=2"}, []string{"late0", "6"}, "GPUHELPER_ETIMEOUT"},
 		// Slurm gives up on a remote Get after its own PMIxTimeout (here 2 s) with an error that
-		// is not NOT-FOUND; the library keeps asking until its own deadline (issue 15 LOW).
+		// is not NOT-FOUND; the library keeps asking until its own deadline.
 		{"Slurm PMIxTimeout before ours", 2, 3, []string{"GPUHELPER_TIMEOUT=9", "SLURM_PMIX_TIMEOUT=2"}, []string{"late0", "14"}, "GPUHELPER_ETIMEOUT"},
 		{"NCCL_COMM_ID set", 2, 4, []string{"NCCL_COMM_ID=127.0.0.1:29500"}, []string{"commid"}, "NCCL_COMM_ID=\"127.0.0.1:29500\" is set"},
 		{"init after finalize", 2, 4, nil, []string{"reinit", "-11"}, "GPUHELPER_EFINALIZED"},

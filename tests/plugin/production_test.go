@@ -190,8 +190,8 @@ func TestStepWithoutGPUsInAJobWithGPUs(t *testing.T) {
 // NUMA node doubled up on its GPUs while others idled. gres.conf lists the GPUs as minors
 // 0,4,5,1,2,6,3,7, so Slurm's first four are 0,4,5,1: two on each NUMA node
 // (dgxh100-2cpu: CPU 0 and GPUs 0-3 are NUMA 0, CPU 1 and GPUs 4-7 NUMA 1). A step of four
-// tasks in one CPU (CPU 0, --overcommit) without per-task binding must still give each
-// task its own GPU. Before, all four chose from NUMA 0 and got GPUs 0,1,0,1.
+// tasks in a one-CPU job (--overcommit) without per-task binding must still give each task
+// its own GPU. Before, all four chose from the one node's two GPUs and doubled up.
 //
 // Review finding: per-task:N gave overlapping or short groups. Slurm's first six GPUs are
 // 0,4,5,1,2,6: three on each node. Two tasks bound to CPU 0 ask for 2 GPUs each: each must
@@ -208,7 +208,7 @@ func TestTaskBindingInProduction(t *testing.T) {
 		`echo "B $SLURM_LOCALID ${GPUBIND_PCI_BUS_IDS:--} $(awk '/Cpus_allowed_list/{print $2}' /proc/self/status) ${a:--} $SLURM_CPU_BIND_TYPE $SLURM_CPU_BIND_LIST $SLURM_CPU_BIND"`
 	busRe := regexp.MustCompile(`(?m)^B (\d+) (\S+) (\S+) (\S+)`)
 	check := func(t *testing.T, tasks, perTask int, args ...string) {
-		out, errOut, err := c.Srun(ctx(t), append(args, "sh", "-c", script)...)
+		out, errOut, err := c.Run(ctx(t), args[0], append(args[1:], "sh", "-c", script)...)
 		if err != nil {
 			t.Fatalf("srun %v: %v\n%s\n%s", args, err, out, errOut)
 		}
@@ -234,9 +234,11 @@ func TestTaskBindingInProduction(t *testing.T) {
 		}
 	}
 	t.Run("step cpuset is no per-task binding", func(t *testing.T) {
-		check(t, 4, 1, "-n4", "--overcommit", "-c1", "--gpus=4", "--cpu-bind=none", "--gpu-bind-topo")
+		// A one-CPU job (a job-level --overcommit stays pending on 24.11), four tasks in it.
+		check(t, 4, 1, "salloc", "-n1", "-c1", "--gpus=4", c.Bin("srun"), "-n4", "--overcommit",
+			"--cpu-bind=none", "--gpu-bind-topo")
 	})
 	t.Run("per-task:2 groups are exclusive", func(t *testing.T) {
-		check(t, 2, 2, "-n2", "--gpus=6", "--cpu-bind=map_cpu:0,0", "--gpu-bind-topo=per-task:2")
+		check(t, 2, 2, "srun", "-n2", "--gpus=6", "--cpu-bind=map_cpu:0,0", "--gpu-bind-topo=per-task:2")
 	})
 }

@@ -264,7 +264,7 @@ func cli(args ...string) (string, error) {
 	return out.String(), nil
 }
 
-// Review finding (issue 14, LOW): the admin's force/never lists were applied only in the
+// Review finding: the admin's force/never lists were applied only in the
 // engine, which runs as the job's user. The front end applies them to the plan too: a
 // table that asks for isolate and cpus under isolate=never,cpus=never is used without
 // them, and cpus=force adds cpus to a table without it.
@@ -288,7 +288,7 @@ func TestAdminFlagsInTheFrontEnd(t *testing.T) {
 	}
 }
 
-// Review finding (issue 14, LOW): the nic flag overwrote an NCCL_IB_HCA the user had set,
+// Review finding: the nic flag overwrote an NCCL_IB_HCA the user had set,
 // and always named port 1. The user's NCCL_IB_HCA/UCX_NET_DEVICES stay; the table's NIC
 // field carries the port (NAME:PORT, from the port's state), and an old NAME-only field
 // still means port 1.
