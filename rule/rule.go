@@ -18,6 +18,29 @@ static int go_cpus(const char *list, cpu_set_t *set)
 	return gb_parse_cpulist(list, set) ? -1 : 0;
 }
 
+// gb_result_env's callback for Go: "NAME=VALUE\n" lines into a buffer.
+struct go_env { char *buf; size_t len, off; };
+
+static int go_env_add(void *ctx, const char *name, const char *value)
+{
+	struct go_env *e = ctx;
+	int n = snprintf(e->buf + e->off, e->len - e->off, "%s=%s\n", name, value);
+
+	if (n < 0 || (size_t) n >= e->len - e->off)
+		return -1;
+	e->off += (size_t) n;
+	return 0;
+}
+
+static int go_env(const struct gb_table *t, const struct gb_result *r,
+		  char *buf, size_t len)
+{
+	struct go_env e = { buf, len, 0 };
+
+	buf[0] = '\0';
+	return gb_result_env(t, r, go_env_add, &e);
+}
+
 static int go_apply(const struct gb_table *t, int lid, const char *btype,
 		    const char *blist, const char *own, const char *step,
 		    struct gb_result *r, char *err, size_t errlen)
@@ -29,9 +52,11 @@ static int go_apply(const struct gb_table *t, int lid, const char *btype,
 		snprintf(err, errlen, "bad CPU list %s", ho < 0 ? own : step);
 		return -1;
 	}
-	return gb_rule_apply(t, lid, btype[0] ? btype : NULL,
-			     blist[0] ? blist : NULL, ho ? NULL : &o,
-			     hs ? NULL : &s, r, err, errlen);
+	struct gb_binds b;
+
+	gb_binds_parse(t, btype[0] ? btype : NULL, blist[0] ? blist : NULL, &b);
+	return gb_rule_apply(t, lid, &b, ho ? NULL : &o, hs ? NULL : &s, r,
+			     err, errlen);
 }
 */
 import "C"
@@ -143,7 +168,7 @@ func (t *Table) Apply(k Task) (Result, error) {
 		res.CPUs = C.GoString(&buf[0])
 	}
 	if r.ngpus > 0 {
-		if C.gb_result_env(t.c, &r, &buf[0], C.size_t(len(buf))) != 0 {
+		if C.go_env(t.c, &r, &buf[0], C.size_t(len(buf))) != 0 {
 			return Result{}, errors.New("per-task environment too long")
 		}
 		res.Env = strings.Split(strings.TrimSuffix(C.GoString(&buf[0]), "\n"), "\n")

@@ -266,6 +266,8 @@ void gb_table_free(struct gb_table *t)
 	free(t->can_open);
 	free(t->unit_at);
 	free(t->unit_used);
+	free(t->bind_mask);
+	free(t->bind_valid);
 	for (int i = 0; i < t->ndepends; i++)
 		free(t->depends[i]);
 	if (t->tasks)
@@ -296,7 +298,10 @@ static int index_units(struct gb_table *t)
 	t->can_open = calloc(n, 1);
 	t->unit_at = malloc(n * sizeof(int));
 	t->unit_used = calloc(n, sizeof(int));
-	if (!t->can_open || !t->unit_at || !t->unit_used)
+	t->bind_mask = calloc((size_t) t->ntasks + 1, sizeof(cpu_set_t));
+	t->bind_valid = calloc((size_t) t->ntasks + 1, 1);
+	if (!t->can_open || !t->unit_at || !t->unit_used || !t->bind_mask ||
+	    !t->bind_valid)
 		return -1;
 	for (int i = 0; i < t->ngpus; i++)
 		t->unit_at[i] = -1;
@@ -884,32 +889,39 @@ static int parse_cpuid(const char *s, size_t l, cpu_set_t *set)
 	return 0;
 }
 
-/* Reads SLURM_CPU_BIND_LIST entry by entry (PROTOCOL.md section 3, item 5). */
-struct bind_iter {
-	const char *list; /* NULL: no list */
-	const char *pos;  /* next entry; NULL: start over */
-	int is_map;       /* map_cpu: CPU ids, else hex masks */
-};
-
-/*
- * The next task's entry. Like Slurm, a list with fewer entries than tasks
- * is reused from its start. Returns 1 with set filled, 0 for an entry that
- * does not parse or is empty (it counts as no entry), -1 without a list.
- */
-static int next_entry(struct bind_iter *it, cpu_set_t *set)
+void gb_binds_parse(const struct gb_table *t, const char *type,
+		    const char *list, struct gb_binds *b)
 {
-	const char *p;
-	size_t l;
+	/* map_cpu: CPU ids; mask_cpu or no type: hex masks; others: no list. */
+	int is_map = type && strstr(type, "map_cpu");
 
-	if (!it->list)
-		return -1;
-	p = it->pos ? it->pos : it->list;
-	l = strcspn(p, ",");
-	it->pos = p[l] ? p + l + 1 : NULL;
-	if ((it->is_map ? parse_cpuid(p, l, set) : parse_mask(p, l, set)) ||
-	    CPU_COUNT(set) == 0)
-		return 0;
-	return 1;
+	b->mask = t->bind_mask;
+	b->valid = t->bind_valid;
+	b->n = 0;
+	if (!list || !*list || (type && !is_map && !strstr(type, "mask_cpu")))
+		return;
+	for (const char *p = list; b->n < t->ntasks; p++) {
+		size_t l = strcspn(p, ",");
+		cpu_set_t *m = &t->bind_mask[b->n];
+
+		/* An entry that does not parse, or is empty, is no entry. */
+		t->bind_valid[b->n++] =
+			!(is_map ? parse_cpuid(p, l, m) : parse_mask(p, l, m)) &&
+			CPU_COUNT(m) > 0;
+		p += l;
+		if (!*p)
+			break;
+	}
+}
+
+/* Task j's entry, NULL for none. Like Slurm, a list with fewer entries than
+ * tasks is reused from its start. */
+static const cpu_set_t *bind_of(const struct gb_binds *b, int j)
+{
+	if (!b || b->n <= 0)
+		return NULL;
+	j %= b->n;
+	return b->valid[j] ? &b->mask[j] : NULL;
 }
 
 /* NUMA node holding most CPUs of set (ties: lowest id); -1 if none. */
@@ -1044,20 +1056,21 @@ static void take_task_line(const struct gb_table *t, int lid,
  * tasks count as on its node), then take the next unit.
  */
 static void take_unit(const struct gb_table *t, int lid, int node,
-		      struct bind_iter it, const cpu_set_t *step,
+		      const struct gb_binds *binds, const cpu_set_t *step,
 		      struct gb_result *r)
 {
 	int *used = t->unit_used, units = unit_count(t), u, first;
+	int listed = binds && binds->n > 0;
 
 	if (!units)
 		return; /* no step GPU: the plan said so with a warning */
 	memset(used, 0, sizeof(*used) * (size_t) units);
 	for (int j = 0; j < lid; j++) {
-		cpu_set_t m;
-		int n = node, e = next_entry(&it, &m);
+		const cpu_set_t *m = bind_of(binds, j);
+		int n = node;
 
-		if (e >= 0)
-			n = e > 0 ? bound_node(t, &m, step) : -1;
+		if (listed)
+			n = m ? bound_node(t, m, step) : -1;
 		if (n >= 0)
 			used[pick_unit(t, n, used)]++;
 	}
@@ -1067,14 +1080,12 @@ static void take_unit(const struct gb_table *t, int lid, int node,
 		add_gpu(r, t->fallback[first + i]);
 }
 
-int gb_rule_apply(const struct gb_table *t, int lid, const char *bind_type,
-		  const char *bind_list, const cpu_set_t *own,
+int gb_rule_apply(const struct gb_table *t, int lid,
+		  const struct gb_binds *binds, const cpu_set_t *own,
 		  const cpu_set_t *step, struct gb_result *r, char *err,
 		  size_t errlen)
 {
-	cpu_set_t mine;
-	struct bind_iter it = { NULL, NULL, 0 };
-	int node = -1, e = -1;
+	int node = -1;
 
 	memset(r, 0, sizeof(*r));
 	if (t->status == GB_STATUS_ERROR) {
@@ -1089,25 +1100,17 @@ int gb_rule_apply(const struct gb_table *t, int lid, const char *bind_type,
 	if (!step)
 		step = &t->node_cpus;
 	if (t->rule == GB_RULE_NUMA) {
-		struct bind_iter mine_it;
+		const cpu_set_t *mine = bind_of(binds, lid);
 
-		/* map_cpu: CPU ids; mask_cpu or no type: hex masks; others: none. */
-		it.is_map = bind_type && strstr(bind_type, "map_cpu");
-		if (bind_list && *bind_list &&
-		    (!bind_type || it.is_map || strstr(bind_type, "mask_cpu")))
-			it.list = bind_list;
-		mine_it = it;
-		for (int j = 0; j <= lid; j++)
-			e = next_entry(&mine_it, &mine);
-		if (e > 0)
-			node = bound_node(t, &mine, step);
+		if (mine)
+			node = bound_node(t, mine, step);
 		else if (own)
 			node = bound_node(t, own, step);
 	}
 	if (node < 0)
 		take_task_line(t, lid, r);
 	else
-		take_unit(t, lid, node, it, step, r);
+		take_unit(t, lid, node, binds, step, r);
 	return 0;
 }
 
@@ -1225,44 +1228,88 @@ static void sb_add(struct sbuf *b, const char *fmt, ...)
 	b->off += n;
 }
 
-int gb_result_env(const struct gb_table *t, const struct gb_result *r,
-		  char *buf, size_t len)
+/* The variables of gb_result_env, in order. */
+enum env_var {
+	ENV_CUDA_VISIBLE, ENV_DEVICE_ORDER, ENV_GPUS, ENV_BUS_IDS, ENV_UUIDS,
+	ENV_NUMA, ENV_NCCL_IB_HCA, ENV_UCX_NET, ENV_COUNT
+};
+static const char *const env_names[ENV_COUNT] = {
+	"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GPUBIND_GPUS",
+	"GPUBIND_PCI_BUS_IDS", "GPUBIND_UUIDS", "GPUBIND_NUMA", "NCCL_IB_HCA",
+	"UCX_NET_DEVICES",
+};
+
+/* The value of variable v for the task; 0 when the task gets none. */
+static int env_value(const struct gb_table *t, const struct gb_result *r,
+		     enum env_var v, struct sbuf *b)
 {
-	struct sbuf b = { buf, len, 0, 0 };
-	const struct gb_gpu *g0;
-
-	if (!len)
-		return -1;
-	buf[0] = '\0';
-	sb_add(&b, "CUDA_VISIBLE_DEVICES=");
-	for (int i = 0; i < r->ngpus; i++) {
-		char v[sizeof(t->gpus[0].visible)];
-
-		visible_of(t, r, i, v, sizeof(v));
-		sb_add(&b, "%s%s", i ? "," : "", v);
-	}
-	sb_add(&b, "\nCUDA_DEVICE_ORDER=PCI_BUS_ID\nGPUBIND_GPUS=");
-	for (int i = 0; i < r->ngpus; i++)
-		sb_add(&b, "%s%d", i ? "," : "", t->gpus[r->gpus[i]].nvml);
-	sb_add(&b, "\nGPUBIND_PCI_BUS_IDS=");
-	for (int i = 0; i < r->ngpus; i++)
-		sb_add(&b, "%s%s", i ? "," : "", t->gpus[r->gpus[i]].busid);
-	sb_add(&b, "\nGPUBIND_UUIDS=");
-	for (int i = 0; i < r->ngpus; i++)
-		sb_add(&b, "%s%s", i ? "," : "", t->gpus[r->gpus[i]].uuid);
-	sb_add(&b, "\nGPUBIND_NUMA=");
-	for (int i = 0; i < r->ngpus; i++)
-		sb_add(&b, "%s%d", i ? "," : "", t->gpus[r->gpus[i]].numa);
-	sb_add(&b, "\n");
-	g0 = r->ngpus ? &t->gpus[r->gpus[0]] : NULL;
+	const struct gb_gpu *g0 = &t->gpus[r->gpus[0]];
 	/* NIC is NAME:PORT; a table without the port means port 1. */
-	if ((t->flags & GB_FLAG_NIC) && g0 && g0->nic[0]) {
-		const char *port = strchr(g0->nic, ':') ? "" : ":1";
+	const char *port = strchr(g0->nic, ':') ? "" : ":1";
 
-		sb_add(&b, "NCCL_IB_HCA==%s%s\nUCX_NET_DEVICES=%s%s\n", g0->nic,
-		       port, g0->nic, port);
+	for (int i = 0; i < r->ngpus; i++) {
+		const struct gb_gpu *g = &t->gpus[r->gpus[i]];
+		const char *sep = i ? "," : "";
+		char vis[sizeof(g->visible)];
+
+		switch (v) {
+		case ENV_CUDA_VISIBLE:
+			visible_of(t, r, i, vis, sizeof(vis));
+			sb_add(b, "%s%s", sep, vis);
+			break;
+		case ENV_GPUS:
+			sb_add(b, "%s%d", sep, g->nvml);
+			break;
+		case ENV_BUS_IDS:
+			sb_add(b, "%s%s", sep, g->busid);
+			break;
+		case ENV_UUIDS:
+			sb_add(b, "%s%s", sep, g->uuid);
+			break;
+		case ENV_NUMA:
+			sb_add(b, "%s%d", sep, g->numa);
+			break;
+		default:
+			break;
+		}
 	}
-	return b.bad ? -1 : 0;
+	switch (v) {
+	case ENV_DEVICE_ORDER:
+		sb_add(b, "PCI_BUS_ID");
+		break;
+	case ENV_NCCL_IB_HCA:
+	case ENV_UCX_NET:
+		if (!(t->flags & GB_FLAG_NIC) || !g0->nic[0])
+			return 0;
+		sb_add(b, "%s%s%s", v == ENV_NCCL_IB_HCA ? "=" : "", g0->nic,
+		       port);
+		break;
+	default:
+		break;
+	}
+	return 1;
+}
+
+int gb_result_env(const struct gb_table *t, const struct gb_result *r,
+		  gb_env_set set, void *ctx)
+{
+	char val[GB_ENV_VALUE_MAX];
+
+	if (!r->ngpus)
+		return 0;
+	for (int v = 0; v < ENV_COUNT; v++) {
+		struct sbuf b = { val, sizeof(val), 0, 0 };
+		int rc;
+
+		val[0] = '\0';
+		if (!env_value(t, r, (enum env_var) v, &b))
+			continue;
+		if (b.bad)
+			return -1;
+		if ((rc = set(ctx, env_names[v], val)))
+			return rc;
+	}
+	return 0;
 }
 
 int gb_result_logline(const struct gb_table *t, const struct gb_result *r,

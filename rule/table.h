@@ -102,6 +102,19 @@ struct gb_table {
 	unsigned char *can_open;
 	int *unit_at;         /* per GPU: the unit it starts, or -1 */
 	int *unit_used;       /* per unit: tasks that took it so far */
+	cpu_set_t *bind_mask; /* per task: gb_binds_parse's entries */
+	unsigned char *bind_valid;
+};
+
+/*
+ * The local tasks' CPU bindings as the rule reads them: mask[j] is task j's
+ * when valid[j]; a list of n entries shorter than the tasks is reused from
+ * its start, as Slurm applies it. n 0: no list.
+ */
+struct gb_binds {
+	const cpu_set_t *mask;
+	const unsigned char *valid;
+	int n;
 };
 
 /* The answer for one task. */
@@ -127,18 +140,26 @@ int gb_table_parse(const char *text, size_t len, struct gb_table *t,
 void gb_table_free(struct gb_table *t);
 
 /*
- * Apply the rule (PROTOCOL.md section 3) for local task lid. bind_type and
- * bind_list are the task's SLURM_CPU_BIND_TYPE / SLURM_CPU_BIND_LIST (NULL
- * when unset); own is the task's sched_getaffinity mask (NULL when
- * unknown); step is the set of CPUs the step may use (its cpuset; NULL: the
- * whole node). A mask that holds every CPU of step is no per-task binding.
- * The numa rule hands out units (per_task GPUs of the fallback order, share
- * tasks each): a free unit on the task's NUMA node, else a free one from
- * the end of fallback, else the least used; it replays the earlier tasks'
- * choices from bind_list, so every task finds the same answer on its own.
+ * SLURM_CPU_BIND_TYPE / SLURM_CPU_BIND_LIST (either NULL when unset) into
+ * b, in the table's scratch (no allocation: the task child calls it). A
+ * type without a per-task list (none, ldom, rank, ...) gives n 0.
  */
-int gb_rule_apply(const struct gb_table *t, int lid, const char *bind_type,
-		  const char *bind_list, const cpu_set_t *own,
+void gb_binds_parse(const struct gb_table *t, const char *type,
+		    const char *list, struct gb_binds *b);
+
+/*
+ * Apply the rule (PROTOCOL.md section 3) for local task lid. binds are the
+ * local tasks' bindings (NULL or n 0: none known); own is the task's
+ * sched_getaffinity mask (NULL when unknown); step is the set of CPUs the
+ * step may use (its cpuset; NULL: the whole node). A mask that holds every
+ * CPU of step is no per-task binding. The numa rule hands out units
+ * (per_task GPUs of the fallback order, share tasks each): a free unit on
+ * the task's NUMA node, else a free one from the end of fallback, else the
+ * least used; it replays the earlier tasks' choices from binds, so every
+ * task finds the same answer on its own.
+ */
+int gb_rule_apply(const struct gb_table *t, int lid,
+		  const struct gb_binds *binds, const cpu_set_t *own,
 		  const cpu_set_t *step, struct gb_result *r, char *err,
 		  size_t errlen);
 
@@ -170,13 +191,17 @@ int gb_parse_cpulist(const char *s, cpu_set_t *set);
 void gb_format_cpulist(const cpu_set_t *set, char *buf, size_t len);
 
 /*
- * Per-task output. gb_result_env fills buf with "NAME=VALUE\n" lines (the
- * environment of PROTOCOL.md section 3); gb_result_logline fills buf with the
- * log line of task lid (global id rank), without the "gpubind: " prefix.
- * Each returns 0, or -1 when buf is too small.
+ * Per-task output. gb_result_env calls set(ctx, NAME, VALUE) for each
+ * variable of PROTOCOL.md section 3 item 4, in order, and stops at the first
+ * nonzero return, which it returns; -1 when a value is longer than
+ * GB_ENV_VALUE_MAX. gb_result_logline fills buf with the log line of task
+ * lid (global id rank), without the "gpubind: " prefix: 0, or -1 when buf
+ * is too small.
  */
+#define GB_ENV_VALUE_MAX 8192
+typedef int (*gb_env_set)(void *ctx, const char *name, const char *value);
 int gb_result_env(const struct gb_table *t, const struct gb_result *r,
-		  char *buf, size_t len);
+		  gb_env_set set, void *ctx);
 int gb_result_logline(const struct gb_table *t, const struct gb_result *r,
 		      int lid, long rank, char *buf, size_t len);
 

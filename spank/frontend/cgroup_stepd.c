@@ -22,11 +22,9 @@ static struct {
 	struct gb_cg *cg;     /* NULL: no cgroup binding in this step */
 	pid_t *task_pids;     /* pid of each local task, set in task_post_fork */
 	int ntask_pids;
-	char *maskbuf;        /* room for ntasks hex masks (SLURM_CPU_BIND_LIST) */
-	size_t maskbuf_len;
+	cpu_set_t *masks;     /* tasks 0..lid's CPU masks, for the rule */
+	unsigned char *valid;
 } stepcg;
-
-#define MASK_CHARS (CPU_SETSIZE / 4 + 4)
 
 /* mode=enforce fails the step; mode=optional goes on without cgroups. */
 static int cg_failed(const char *what)
@@ -75,9 +73,9 @@ int gb_stepcg_prepare(uint32_t job, uint32_t step,
 	minors = calloc((size_t)plan->ngpus + 1, sizeof(*minors));
 	stepcg.task_pids = calloc((size_t)plan->ntasks + 1,
 				  sizeof(*stepcg.task_pids));
-	stepcg.maskbuf_len = (size_t)(plan->ntasks + 1) * MASK_CHARS;
-	stepcg.maskbuf = malloc(stepcg.maskbuf_len);
-	if (!minors || !stepcg.task_pids || !stepcg.maskbuf) {
+	stepcg.masks = calloc((size_t)plan->ntasks + 1, sizeof(cpu_set_t));
+	stepcg.valid = calloc((size_t)plan->ntasks + 1, 1);
+	if (!minors || !stepcg.task_pids || !stepcg.masks || !stepcg.valid) {
 		free(minors);
 		gb_stepcg_exit();
 		return cg_failed("cgroup binding: out of memory");
@@ -110,36 +108,6 @@ int gb_stepcg_prepare(uint32_t job, uint32_t step,
 	return 0;
 }
 
-/* "0x3" style mask, as in SLURM_CPU_BIND_LIST. */
-static int put_mask(char *buf, size_t len, const cpu_set_t *set)
-{
-	static const char hex[] = "0123456789abcdef";
-	int top = -1;
-	size_t off = 0;
-
-	for (int i = 0; i < CPU_SETSIZE; i++)
-		if (CPU_ISSET(i, set))
-			top = i;
-	if (len < 4)
-		return -1;
-	buf[off++] = '0';
-	buf[off++] = 'x';
-	if (top < 0) {
-		buf[off++] = '0';
-	}
-	for (int n = top / 4; n >= 0; n--) {
-		int v = 0;
-
-		for (int b = 0; b < 4; b++)
-			if (CPU_ISSET(n * 4 + b, set))
-				v |= 1 << b;
-		if (off + 1 >= len)
-			return -1;
-		buf[off++] = hex[v];
-	}
-	buf[off] = '\0';
-	return (int)off;
-}
 
 /*
  * The task's GPUs, decided here because the cgroup must be set before the
@@ -151,35 +119,24 @@ static int decide(const struct gb_table *plan, int lid, pid_t pid,
 		  struct gb_result *r, char *err, size_t errlen)
 {
 	const cpu_set_t *step = gb_stepd_step_cpus();
+	struct gb_binds binds = { stepcg.masks, stepcg.valid, lid + 1 };
 	cpu_set_t own;
-	size_t off = 0;
 
 	if (sched_getaffinity(pid, sizeof(own), &own) < 0)
-		return gb_rule_apply(plan, lid, NULL, NULL, NULL, step, r, err,
+		return gb_rule_apply(plan, lid, NULL, NULL, step, r, err,
 				     errlen);
-	for (int j = 0; plan->rule == GB_RULE_NUMA && j <= lid; j++) {
-		cpu_set_t m;
-		int n;
-
-		if (j < lid && (!stepcg.task_pids[j] ||
-				sched_getaffinity(stepcg.task_pids[j], sizeof(m),
-						  &m) < 0))
-			break;
-		n = put_mask(stepcg.maskbuf + off, stepcg.maskbuf_len - off - 1,
-			     j < lid ? &m : &own);
-		if (n < 0)
-			break;
-		off += (size_t)n;
-		if (j == lid) {
-			stepcg.maskbuf[off] = '\0';
-			return gb_rule_apply(plan, lid, "mask_cpu",
-					     stepcg.maskbuf, &own, step, r, err,
-					     errlen);
-		}
-		stepcg.maskbuf[off++] = ',';
-	}
-	/* Rule table, or the earlier tasks' masks are unknown. */
-	return gb_rule_apply(plan, lid, NULL, NULL, &own, step, r, err, errlen);
+	stepcg.masks[lid] = own;
+	stepcg.valid[lid] = 1;
+	for (int j = 0; plan->rule == GB_RULE_NUMA && j < lid; j++)
+		if (!stepcg.task_pids[j] ||
+		    sched_getaffinity(stepcg.task_pids[j], sizeof(cpu_set_t),
+				      &stepcg.masks[j]) < 0)
+			/* An earlier task's mask is unknown: its own only. */
+			return gb_rule_apply(plan, lid, NULL, &own, step, r,
+					     err, errlen);
+	for (int j = 0; j < lid; j++)
+		stepcg.valid[j] = 1;
+	return gb_rule_apply(plan, lid, &binds, &own, step, r, err, errlen);
 }
 
 int gb_stepcg_task_post_fork(const struct gb_table *plan, int lid, pid_t pid)
@@ -250,6 +207,7 @@ void gb_stepcg_exit(void)
 	if (stepcg.cg && gb_cg_fini(stepcg.cg, err, sizeof(err)) != GB_CG_OK)
 		gb_error("cgroup cleanup at step end: %s", err);
 	free(stepcg.task_pids);
-	free(stepcg.maskbuf);
+	free(stepcg.masks);
+	free(stepcg.valid);
 	memset(&stepcg, 0, sizeof(stepcg));
 }

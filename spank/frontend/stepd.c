@@ -568,11 +568,12 @@ static int task_report_problem(int lid)
 static int task_rule(struct task *tk)
 {
 	const struct gb_table *plan = &step.plan;
+	struct gb_binds binds;
 	char err[512];
 
-	if (gb_rule_apply(plan, tk->lid, tk->bind_type, tk->bind_list,
-			  tk->ownp, gb_stepd_step_cpus(), &tk->res, err,
-			  sizeof(err)) ||
+	gb_binds_parse(plan, tk->bind_type, tk->bind_list, &binds);
+	if (gb_rule_apply(plan, tk->lid, &binds, tk->ownp,
+			  gb_stepd_step_cpus(), &tk->res, err, sizeof(err)) ||
 	    /* Within the GPUs the task's device cgroup lets it open (Slurm's
 	     * per-task binding, isolate), numbered as CUDA will number them. */
 	    gb_result_restrict(plan, &tk->res, NULL, err, sizeof(err))) {
@@ -583,42 +584,44 @@ static int task_rule(struct task *tk)
 	return 0;
 }
 
-static int task_set_env(spank_t sp, struct task *tk)
-{
-	char env[8192];
-	spank_err_t rc;
-	int keep;
+struct env_ctx {
+	spank_t sp;
+	struct task *tk;
+};
 
-	if (!tk->res.ngpus)
-		return 0;  /* no GPU on this node for the task: set nothing */
-	if (gb_result_env(&step.plan, &tk->res, env, sizeof(env))) {
-		(void) snprintf(tk->why, sizeof(tk->why),
-				"per-task environment too long");
+/* One variable of the task's environment (gb_result_env's callback). */
+static int set_one(void *ctx, const char *name, const char *value)
+{
+	struct env_ctx *c = ctx;
+	/* The user's own NIC choice stays: the nic flag only fills in. */
+	int keep = !strcmp(name, "NCCL_IB_HCA") ||
+		   !strcmp(name, "UCX_NET_DEVICES");
+	spank_err_t rc = spank_setenv(c->sp, name, value, !keep);
+
+	if (keep && rc == ESPANK_ENV_EXISTS) {
+		gb_verbose("task %d: %s is set already; kept", c->tk->lid,
+			   name);
+		return 0;
+	}
+	if (rc != ESPANK_SUCCESS) {
+		gb_spank_error("spank_setenv", name, rc);
+		(void) snprintf(c->tk->why, sizeof(c->tk->why),
+				"cannot set the task's environment");
 		return -1;
 	}
-	for (char *p = env, *nl; *p; p = nl + 1) {
-		char *eq;
+	return 0;
+}
 
-		nl = strchr(p, '\n');
-		eq = strchr(p, '=');
-		if (!nl || !eq || eq > nl)
-			break;
-		*nl = '\0';
-		*eq = '\0';
-		/* The user's own NIC choice stays: the nic flag only fills in. */
-		keep = !strcmp(p, "NCCL_IB_HCA") || !strcmp(p, "UCX_NET_DEVICES");
-		rc = spank_setenv(sp, p, eq + 1, !keep);
-		if (keep && rc == ESPANK_ENV_EXISTS) {
-			gb_verbose("task %d: %s is set already; kept", tk->lid,
-				   p);
-			continue;
-		}
-		if (rc != ESPANK_SUCCESS) {
-			gb_spank_error("spank_setenv", p, rc);
+static int task_set_env(spank_t sp, struct task *tk)
+{
+	struct env_ctx c = { sp, tk };
+
+	tk->why[0] = '\0';
+	if (gb_result_env(&step.plan, &tk->res, set_one, &c)) {
+		if (!tk->why[0])
 			(void) snprintf(tk->why, sizeof(tk->why),
-					"cannot set the task's environment");
-			return -1;
-		}
+					"per-task environment too long");
+		return -1;
 	}
 	return 0;
 }
