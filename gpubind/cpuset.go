@@ -206,41 +206,6 @@ func parseCPUNum(t string) (int, error) {
 	return n, nil
 }
 
-// ParseCPUMask parses one hex CPU mask, with or without "0x" ("0x3", "C", "0x0000000f").
-// Linux bitmap commas ("ff,00000000") are also accepted.
-func ParseCPUMask(mask string) (CPUSet, error) {
-	m := strings.TrimSpace(mask)
-	m = strings.TrimPrefix(strings.TrimPrefix(m, "0x"), "0X")
-	m = strings.ReplaceAll(m, ",", "")
-	if m == "" {
-		return CPUSet{}, fmt.Errorf("CPU mask %q: no hex digits", mask)
-	}
-	if len(m) > MaxCPU/4 {
-		return CPUSet{}, fmt.Errorf("CPU mask %q: longer than %d CPUs", mask, MaxCPU)
-	}
-	var s CPUSet
-	for i := 0; i < len(m); i++ {
-		c := m[len(m)-1-i]
-		var v int
-		switch {
-		case c >= '0' && c <= '9':
-			v = int(c - '0')
-		case c >= 'a' && c <= 'f':
-			v = int(c-'a') + 10
-		case c >= 'A' && c <= 'F':
-			v = int(c-'A') + 10
-		default:
-			return CPUSet{}, fmt.Errorf("CPU mask %q: %q is not a hex digit", mask, c)
-		}
-		for bit := 0; bit < 4; bit++ {
-			if v&(1<<bit) != 0 {
-				s.Add(i*4 + bit)
-			}
-		}
-	}
-	return s, nil
-}
-
 // sortedKeys returns the keys of an int-keyed map in increasing order.
 func sortedKeys[V any](m map[int]V) []int {
 	keys := make([]int, 0, len(m))

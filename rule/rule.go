@@ -21,8 +21,10 @@ static int go_cpus(const char *list, cpu_set_t *set)
 // gb_result_env's callback for Go: "NAME=VALUE\n" lines into a buffer.
 struct go_env { char *buf; size_t len, off; };
 
-static int go_env_add(void *ctx, const char *name, const char *value)
+static int go_env_add(void *ctx, const char *name, const char *value,
+		      int overwrite)
 {
+	(void) overwrite; // the CLI has no task environment to keep
 	struct go_env *e = ctx;
 	int n = snprintf(e->buf + e->off, e->len - e->off, "%s=%s\n", name, value);
 

@@ -60,6 +60,28 @@ func hexList(t *testing.T, lists ...string) string {
 	return strings.Join(hex, ",")
 }
 
+// The masks gpubind plan writes (CPUSet.Hex) are what the C rule reads, beyond 64 CPUs too.
+func TestHexMasksReadByTheRule(t *testing.T) {
+	lo, hi := gpubind.CPUSet{}, gpubind.CPUSet{}
+	for c := 0; c < 128; c++ {
+		lo.Add(c)
+		hi.Add(c + 128)
+	}
+	tab := handTable(1, 1, []int{0, 1, 2})
+	tab.NUMA = []gpubind.TableNUMA{{ID: 0, CPUs: lo}, {ID: 1, CPUs: hi}}
+	tab.NUMAGPUs = map[int][]int{0: {0, 1}, 1: {2}}
+	rt := parse(t, tab)
+	for _, c := range []struct {
+		cpu  int
+		want int
+	}{{5, 0}, {70, 0}, {200, 2}, {255, 2}} {
+		list := gpubind.NewCPUSet(c.cpu).Hex()
+		if got := gpus(t, rt, rule.Task{Local: 0, BindType: "mask_cpu:", BindList: list}); !reflect.DeepEqual(got, []int{c.want}) {
+			t.Errorf("CPU %d (mask %s): got %v, want GPU %d", c.cpu, list, got, c.want)
+		}
+	}
+}
+
 // TestUnits checks rule section 3 item 2 on a hand-made table: NUMA by majority (ties to
 // the lowest node), free units on the task's node first, then free units from the end of
 // fallback, then the least used; replayed from the bind list.

@@ -1233,10 +1233,14 @@ enum env_var {
 	ENV_CUDA_VISIBLE, ENV_DEVICE_ORDER, ENV_GPUS, ENV_BUS_IDS, ENV_UUIDS,
 	ENV_NUMA, ENV_NCCL_IB_HCA, ENV_UCX_NET, ENV_COUNT
 };
-static const char *const env_names[ENV_COUNT] = {
-	"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GPUBIND_GPUS",
-	"GPUBIND_PCI_BUS_IDS", "GPUBIND_UUIDS", "GPUBIND_NUMA", "NCCL_IB_HCA",
-	"UCX_NET_DEVICES",
+static const struct {
+	const char *name;
+	int overwrite; /* 0: a value the task has already stays (the user's NIC) */
+} env_vars[ENV_COUNT] = {
+	{ "CUDA_VISIBLE_DEVICES", 1 }, { "CUDA_DEVICE_ORDER", 1 },
+	{ "GPUBIND_GPUS", 1 },         { "GPUBIND_PCI_BUS_IDS", 1 },
+	{ "GPUBIND_UUIDS", 1 },        { "GPUBIND_NUMA", 1 },
+	{ "NCCL_IB_HCA", 0 },          { "UCX_NET_DEVICES", 0 },
 };
 
 /* The value of variable v for the task; 0 when the task gets none. */
@@ -1306,7 +1310,7 @@ int gb_result_env(const struct gb_table *t, const struct gb_result *r,
 			continue;
 		if (b.bad)
 			return -1;
-		if ((rc = set(ctx, env_names[v], val)))
+		if ((rc = set(ctx, env_vars[v].name, val, env_vars[v].overwrite)))
 			return rc;
 	}
 	return 0;

@@ -191,15 +191,17 @@ int gb_parse_cpulist(const char *s, cpu_set_t *set);
 void gb_format_cpulist(const cpu_set_t *set, char *buf, size_t len);
 
 /*
- * Per-task output. gb_result_env calls set(ctx, NAME, VALUE) for each
- * variable of PROTOCOL.md section 3 item 4, in order, and stops at the first
+ * Per-task output. gb_result_env calls set(ctx, NAME, VALUE, OVERWRITE) for
+ * each variable of PROTOCOL.md section 3 item 4, in order (OVERWRITE 0: a
+ * value the task already has stays), and stops at the first
  * nonzero return, which it returns; -1 when a value is longer than
  * GB_ENV_VALUE_MAX. gb_result_logline fills buf with the log line of task
  * lid (global id rank), without the "gpubind: " prefix: 0, or -1 when buf
  * is too small.
  */
 #define GB_ENV_VALUE_MAX 8192
-typedef int (*gb_env_set)(void *ctx, const char *name, const char *value);
+typedef int (*gb_env_set)(void *ctx, const char *name, const char *value,
+			  int overwrite);
 int gb_result_env(const struct gb_table *t, const struct gb_result *r,
 		  gb_env_set set, void *ctx);
 int gb_result_logline(const struct gb_table *t, const struct gb_result *r,

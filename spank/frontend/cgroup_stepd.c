@@ -127,15 +127,15 @@ static int decide(const struct gb_table *plan, int lid, pid_t pid,
 				     errlen);
 	stepcg.masks[lid] = own;
 	stepcg.valid[lid] = 1;
-	for (int j = 0; plan->rule == GB_RULE_NUMA && j < lid; j++)
+	for (int j = 0; plan->rule == GB_RULE_NUMA && j < lid; j++) {
 		if (!stepcg.task_pids[j] ||
 		    sched_getaffinity(stepcg.task_pids[j], sizeof(cpu_set_t),
 				      &stepcg.masks[j]) < 0)
 			/* An earlier task's mask is unknown: its own only. */
 			return gb_rule_apply(plan, lid, NULL, &own, step, r,
 					     err, errlen);
-	for (int j = 0; j < lid; j++)
 		stepcg.valid[j] = 1;
+	}
 	return gb_rule_apply(plan, lid, &binds, &own, step, r, err, errlen);
 }
 

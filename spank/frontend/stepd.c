@@ -590,15 +590,13 @@ struct env_ctx {
 };
 
 /* One variable of the task's environment (gb_result_env's callback). */
-static int set_one(void *ctx, const char *name, const char *value)
+static int set_one(void *ctx, const char *name, const char *value,
+		   int overwrite)
 {
 	struct env_ctx *c = ctx;
-	/* The user's own NIC choice stays: the nic flag only fills in. */
-	int keep = !strcmp(name, "NCCL_IB_HCA") ||
-		   !strcmp(name, "UCX_NET_DEVICES");
-	spank_err_t rc = spank_setenv(c->sp, name, value, !keep);
+	spank_err_t rc = spank_setenv(c->sp, name, value, overwrite);
 
-	if (keep && rc == ESPANK_ENV_EXISTS) {
+	if (!overwrite && rc == ESPANK_ENV_EXISTS) {
 		gb_verbose("task %d: %s is set already; kept", c->tk->lid,
 			   name);
 		return 0;
