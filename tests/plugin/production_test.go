@@ -241,4 +241,19 @@ func TestTaskBindingInProduction(t *testing.T) {
 	t.Run("per-task:2 groups are exclusive", func(t *testing.T) {
 		check(t, 2, 2, "srun", "-n2", "--gpus=6", "--cpu-bind=map_cpu:0,0", "--gpu-bind-topo=per-task:2")
 	})
+	// Review finding: nic overwrote the user's NCCL_IB_HCA. The task's NIC (mlx5_K next to
+	// its GPU, on the ACTIVE port 1) fills in only what the user did not set.
+	t.Run("nic keeps the user's NCCL_IB_HCA", func(t *testing.T) {
+		nic := `echo "N ${NCCL_IB_HCA:--} ${UCX_NET_DEVICES:--}"`
+		for _, c2 := range []struct{ env, want string }{
+			{"GPUBIND_UNSET=1", `(?m)^N =(mlx5_\d+:1) mlx5_\d+:1$`},
+			{"NCCL_IB_HCA==mlx5_9:2", `(?m)^N =mlx5_9:2 mlx5_\d+:1$`},
+		} {
+			out, errOut, err := c.Run(ctx(t), "env", c2.env, c.Bin("srun"), "-n1", "--gpus=1",
+				"--gpu-bind-topo=closest,nic", "sh", "-c", nic)
+			if err != nil || !regexp.MustCompile(c2.want).MatchString(out) {
+				t.Errorf("%s: want %q (Slurm %s): %v\n%s\n%s", c2.env, c2.want, slurmVersion(c), err, out, errOut)
+			}
+		}
+	})
 }
