@@ -899,7 +899,7 @@ assemble() {
 			[[ -f $RES/$s.md ]] && { cat "$RES/$s.md"; echo; }
 		done
 		# Hand-written sections (runs on other machines), kept across runs.
-		for s in gpu helper12; do
+		for s in gpu helper12 helper13; do
 			[[ -f $RES/$s.md ]] && { cat "$RES/$s.md"; echo; }
 		done
 	} >"$out"
