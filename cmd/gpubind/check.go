@@ -385,7 +385,7 @@ func (c *checker) checkGres() {
 		if v, ok := c.args["gres_conf"]; ok {
 			path = c.under(v)
 		} else {
-			path = filepath.Join(c.confDir(), "gres.conf")
+			path = gpubind.GresConfPath("", c.slurmConf)
 		}
 	}
 	// As gpubind.LoadNodeConf reads it, with absolute Include paths in the checked tree.
@@ -485,7 +485,7 @@ func (c *checker) checkNVML() {
 }
 
 func (c *checker) checkCacheDir() {
-	dir := "/run/gpubind"
+	dir := gpubind.DefaultCacheDir
 	if v, ok := c.args["cache_dir"]; ok {
 		dir = v
 	}
