@@ -152,9 +152,10 @@ type Exchanger struct {
 	Local func() Origin
 
 	// BarrierCollect makes Barrier fence with PMIX_COLLECT_DATA. Needed under Slurm, whose
-	// mpi/pmix completes a fence without it on each node by itself (unless PMIxFenceBarrier is
-	// set): see pmixkv.BarrierNeedsCollect. Elsewhere a plain fence is a barrier, and collecting
-	// would copy all committed data (an MPI library's modex too) to every node for nothing.
+	// mpi/pmix completes a fence without it on each node by itself (unless PMIxFenceBarrier
+	// is set); libgpuhelper sets it for jobs of more than one node. Elsewhere a plain fence
+	// is a barrier, and collecting would copy all committed data (an MPI library's modex
+	// too) to every node for nothing.
 	BarrierCollect bool
 
 	mu    sync.Mutex
