@@ -23,13 +23,21 @@
 # (1: include MPI_Bcast, default 1) up to SCALE_MPI_MAX_NODES nodes (default 16: beyond that,
 # Open MPI over loopback TCP between simulated nodes hung on the VM) with its own timeout
 # SCALE_MPI_TIMEOUT (default 90 s), SCALE_PLUGIN_NODES (default: max of SCALE_NODES),
-# SLURM_PREFIX (the Slurm to run; default Debian's), BENCH_NICE (default -10).
+# SLURM_PREFIX (the Slurm to run; default Debian's), BENCH_NICE (default -10), SCALE_WARMUP
+# (runs thrown away first, default 1), SCALE_DEADLINE (seconds: start no step after it, write
+# what was measured; default none), SCALE_RES (where results go, default bench/results),
+# SCALE_PREBUILT (a folder with stamp, gh_init, raw_pmix, libnccl.so.2, libgpuhelper.so.1 and
+# testcluster built elsewhere: tests/gpu/slurm-bundle.sh), SCALE_AUTH_SLURM=1 (auth/slurm, no
+# munge; Slurm 23.11+).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-RES=$ROOT/bench/results
-BUILD=$ROOT/build
+RES=${SCALE_RES:-$ROOT/bench/results}
+PREBUILT=${SCALE_PREBUILT:-}
+WARMUP=${SCALE_WARMUP:-1}
+DEADLINE=${SCALE_DEADLINE:-0}
+BUILD=${BUILD:-$ROOT/build}
 FIXTURE=$ROOT/tests/fixtures/dgxh100-2cpu
 NODES=${SCALE_NODES:-16 32 64}
 RPN=${SCALE_RPN:-4}
@@ -50,6 +58,9 @@ isnum "$RPN" || die "SCALE_RPN=$RPN: expected a positive integer"
 isnum "$RUNS" || die "SCALE_RUNS=$RUNS: expected a positive integer"
 isnum "$ITERS" || die "SCALE_ITERS=$ITERS: expected a positive integer"
 isnum "$STEP_TIMEOUT" || die "SCALE_STEP_TIMEOUT=$STEP_TIMEOUT: expected seconds"
+[[ $WARMUP =~ ^[0-9]+$ ]] || die "SCALE_WARMUP=$WARMUP: expected a number of runs (0 or more)"
+[[ $DEADLINE =~ ^[0-9]+$ ]] || die "SCALE_DEADLINE=$DEADLINE: expected seconds (0: none)"
+((DEADLINE == 0)) || DEADLINE=$((SECONDS + DEADLINE))
 isnum "$MPI_MAX_NODES" || die "SCALE_MPI_MAX_NODES=$MPI_MAX_NODES: expected a node count"
 isnum "$MPI_TIMEOUT" || die "SCALE_MPI_TIMEOUT=$MPI_TIMEOUT: expected seconds"
 MAXN=$(tr ' ' '\n' <<<"$NODES" | sort -n | tail -1)
@@ -90,6 +101,22 @@ trap 'exit 130' INT TERM
 prepare() {
 	local B=$WORK/bin W=(-Wall -Wextra -Werror -O2 -g -I"$ROOT/bench/c")
 	mkdir -p "$B" "$RES" "$WORK/plugin" "$WORK/cache"
+	if [[ -n $PREBUILT ]]; then
+		local f
+		for f in stamp gh_init raw_pmix libnccl.so.2 libgpuhelper.so.1 testcluster; do
+			[[ -f $PREBUILT/$f ]] || die "SCALE_PREBUILT=$PREBUILT: $f missing (tests/gpu/slurm-bundle.sh builds them)"
+			cp "$PREBUILT/$f" "$B/"
+		done
+		mv "$B/testcluster" "$WORK/testcluster"
+		ln -sf libnccl.so.2 "$B/libnccl.so"
+		ln -sf libgpuhelper.so.1 "$B/libgpuhelper.so"
+		chmod -R a+rX "$B"
+		WITH_MPI=0
+		if [[ -f $BUILD/spank_gpubind.so && -f $BUILD/gpubind_engine.so ]]; then
+			cp "$BUILD/spank_gpubind.so" "$BUILD/gpubind_engine.so" "$WORK/plugin/"
+		fi
+		return
+	fi
 	[[ -f $BUILD/libgpuhelper.so.1 ]] || die "build/libgpuhelper.so.1 is not built (make build)"
 	cc "${W[@]}" -shared -fPIC -Wl,-soname,libnccl.so.2 -o "$B/libnccl.so.2" tests/stubnccl/csrc/stubnccl.c
 	ln -sf libnccl.so.2 "$B/libnccl.so"
@@ -116,7 +143,9 @@ start_cluster() {
 	: >"$WORK/plugstack.none"
 	echo "required $WORK/plugin/spank_gpubind.so root=$FIXTURE cache_dir=$WORK/cache" >"$WORK/plugstack.plugin"
 	local t0=$EPOCHREALTIME
-	CLUSTER=$("$WORK/testcluster" start -nodes "$MAXN" -cpus "$((RPN > 8 ? RPN : 8))" -conf SlurmdDebug=verbose)
+	local auth=()
+	[[ ${SCALE_AUTH_SLURM:-0} == 1 ]] && auth=(-auth-slurm)
+	CLUSTER=$("$WORK/testcluster" start -nodes "$MAXN" -cpus "$((RPN > 8 ? RPN : 8))" -conf SlurmdDebug=verbose "${auth[@]}")
 	eval "$("$WORK/testcluster" env "$CLUSTER")"
 	export SLURM_CONF GPUBIND_TEST_CLUSTER
 	[[ -n ${SLURM_PREFIX:-} && $SLURM_PREFIX != /usr ]] && export PATH=$SLURM_PREFIX/bin:$SLURM_PREFIX/sbin:$PATH
@@ -174,6 +203,11 @@ step() {
 	local label=$1 nodes=$2 ranks=$3 t0 rc=0 hz limit=$STEP_TIMEOUT
 	shift 3
 	[[ $label == mpi_bcast,* ]] && limit=$MPI_TIMEOUT
+	if ((DEADLINE && SECONDS >= DEADLINE)); then
+		log "$label: skipped (SCALE_DEADLINE passed)"
+		echo "0 nan 0 0 nan 0 0" >&3
+		return 3
+	fi
 	watch_stepd "$WORK/watch" &
 	WATCH=$!
 	t0=$EPOCHREALTIME
@@ -210,9 +244,9 @@ section_ids() {
 		ranks=$((n * RPN))
 		read -ra plist <<<"$progs"
 		((WITH_MPI && n <= MPI_MAX_NODES)) && plist+=(mpi_bcast)
-		for ((run = 0; run <= RUNS; run++)); do # run 0 warms up
+		for ((run = 1 - WARMUP; run <= RUNS; run++)); do # runs < 1 warm up
 			for ((i = 0; i < ${#plist[@]}; i++)); do
-				p=${plist[$(((i + run) % ${#plist[@]}))]}
+				p=${plist[$(((i + run + WARMUP) % ${#plist[@]}))]}
 				local cmd=()
 				case $p in
 				gh_direct) cmd=(env GPUHELPER_EXCHANGE=direct "$WORK/bin/stamp" "$WORK/bin/gh_init" dist "$ITEMS" "$ITERS") ;;
@@ -269,10 +303,10 @@ ids_report() {
 	fails() { awk -F, -v p="$1" -v n="$2" '$1==p && $2==n && $5=="failed"' "$scsv" | grep -c . || true; }
 	three() { echo "$(med "gh_$1" "$2" "$3") / $(med "gh_$4" "$2" "$3") / $(med "gh_$5" "$2" "$3")"; }
 	best() { printf '%s\n' "$@" | grep -v nan | sort -g | head -1; }
-	echo "## 8. Scale: the NCCL ID on many simulated nodes"
+	echo "## ${SCALE_TITLE:-8. Scale: the NCCL ID on many simulated nodes}"
 	echo
 	echo "\`make bench-scale\` (\`bench/scale.sh ids\`): one private cluster of $MAXN slurmd on this host"
-	echo "(Slurm's multiple-slurmd mode), Slurm $(slurm_version), OpenPMIx $(pkg-config --modversion pmix 2>/dev/null),"
+	echo "(Slurm's multiple-slurmd mode), Slurm $(slurm_version), OpenPMIx ${SCALE_PMIX_VERSION:-$(pkg-config --modversion pmix 2>/dev/null)},"
 	echo "$(nproc) cores; $RPN ranks per node (\`srun --mpi=pmix -N N --ntasks-per-node=$RPN\`), $RUNS runs per cell"
 	echo "after one warm-up, the programs' order rotating. $(date -u '+%Y-%m-%d %H:%M UTC'), load average at the end"
 	echo "$(cut -d' ' -f1-3 /proc/loadavg) (other work shared the machine). **Ranks outnumber cores** ($((MAXN * RPN)) ranks"
@@ -359,10 +393,10 @@ section_plugin() {
 	echo "variant,nodes,ranks,run,wall_ms,slurmd_cpu_ms,node1_stepd_cpu_ms,node2_stepd_cpu_ms,plans,cache_hits" >"$csv"
 	local saved_rpn=$RPN
 	RPN=8 STEP_MPI=none
-	for ((run = 0; run <= RUNS; run++)); do
+	for ((run = 1 - WARMUP; run <= RUNS; run++)); do
 		for i in 0 1; do
 			v=none
-			(((i + run) % 2)) && v=plugin
+			(((i + run + WARMUP) % 2)) && v=plugin
 			use_plugstack "$v"
 			local extra=()
 			[[ $v == plugin ]] && extra=(--gpu-bind-topo --gpus-per-node=8)
@@ -384,7 +418,7 @@ section_plugin() {
 	RPN=$saved_rpn STEP_MPI=pmix
 	local pm nm
 	{
-		echo "## 9. The plugin at scale"
+		echo "## ${SCALE_PLUGIN_TITLE:-9. The plugin at scale}"
 		echo
 		echo "\`srun -N$n --ntasks-per-node=8 true\` ($((n * 8)) tasks) on $n simulated nodes (\`bench/scale.sh plugin\`), with the"
 		echo "plugin (\`--gpu-bind-topo --gpus-per-node=8\`, DGX H100 fixture, plan cache on) against an empty"
@@ -427,7 +461,9 @@ main() {
 	for s in "${sections[@]}"; do
 		"section_$s"
 	done
-	"$ROOT/bench/run.sh" assemble
+	[[ -s $RES/scale_failures.log ]] || rm -f "$RES/scale_failures.log"
+	# Results kept elsewhere (SCALE_RES) are not this tree's RESULTS.md.
+	[[ -n ${SCALE_RES:-} ]] || "$ROOT/bench/run.sh" assemble
 }
 
 main "$@"
