@@ -385,10 +385,10 @@ func (c *checker) checkGres() {
 		if v, ok := c.args["gres_conf"]; ok {
 			path = c.under(v)
 		} else {
-			path = filepath.Join(c.confDir(), "gres.conf")
+			path = gpubind.GresConfPath("", c.slurmConf)
 		}
 	}
-	// As gpubind.LoadGresConf reads it, with absolute Include paths in the checked tree.
+	// As gpubind.LoadNodeConf reads it, with absolute Include paths in the checked tree.
 	lines, err := gpubind.ReadConf(path, gpubind.ConfSlurm, c.under)
 	var gc *gpubind.GresConf
 	if err != nil {
@@ -485,7 +485,7 @@ func (c *checker) checkNVML() {
 }
 
 func (c *checker) checkCacheDir() {
-	dir := "/run/gpubind"
+	dir := gpubind.DefaultCacheDir
 	if v, ok := c.args["cache_dir"]; ok {
 		dir = v
 	}
@@ -518,8 +518,8 @@ func (c *checker) checkCacheDir() {
 	c.add("cache_dir", statusOK, "%s is root-owned, mode %v", p, fi.Mode().Perm())
 }
 
-// checkCgroup reads the cgroup mounts as the plugin does (mountinfo) and says whether the
-// isolate and cpus flags can work.
+// checkCgroup reads the cgroup mounts from mountinfo and says whether the isolate and cpus
+// flags can work. Its parser is its own, not the plugin's (spank/frontend/cgroup_common.c).
 func (c *checker) checkCgroup() {
 	mi := c.under("/proc/self/mountinfo")
 	// Not ReadSmallFile: procfs files report size 0.

@@ -18,9 +18,6 @@ import (
 	"github.com/gpubind/gpubind/gpubind"
 )
 
-// DefaultCacheDir holds the per-boot discovery cache; /run is a tmpfs, emptied at boot.
-const DefaultCacheDir = "/run/gpubind"
-
 // cacheFile is the JSON stored in the cache.
 type cacheFile struct {
 	Key      string            `json:"key"`
@@ -215,7 +212,7 @@ func loadTopology(req *Request) (*gpubind.Topology, []string, error) {
 	}
 	dir := req.CacheDir
 	if dir == "" {
-		dir = DefaultCacheDir
+		dir = gpubind.DefaultCacheDir
 	}
 	key, kerr := cacheKey(req)
 	var notes []string

@@ -1,5 +1,5 @@
 // Package cluster starts a private Slurm cluster for tests: munged (reused or its own),
-// slurmctld and 1..4 slurmd nodes on loopback, fake GPUs as GRES, mpi/pmix available.
+// slurmctld and 1..256 slurmd nodes on loopback (multiple-slurmd), fake GPUs as GRES, mpi/pmix available.
 // Everything lives in one temporary directory, and Stop removes it together with every
 // process the cluster started. It needs root and the Debian packages from `make deps`.
 //
@@ -34,7 +34,7 @@ import (
 
 // Config describes a cluster. The zero value is one node, nproc CPUs, task/none and 8 GPUs.
 type Config struct {
-	Nodes            int      // 1..4 slurmd nodes on loopback (names node1..nodeN), default 1
+	Nodes            int      // 1..256 slurmd nodes on loopback (names node1..nodeN), default 1
 	CPUs             int      // CPUs declared per node (config_overrides when > nproc), default nproc
 	TaskPlugin       string   // "task/none" (default), "task/affinity", "task/cgroup,task/affinity"
 	Proctrack        string   // default "proctrack/linuxproc"; "proctrack/cgroup" when TaskPlugin has task/cgroup
@@ -53,7 +53,7 @@ type Config struct {
 	NoGPUs        bool          // no GRES at all (GPUs=0 means the default 8)
 	OwnMunge      bool          // start a private munged even when a system munged answers
 	Detached      bool          // daemons outlive the starting process (shell entry point); else they die with it
-	StartTimeout  time.Duration // how long Start waits for every node to be idle, default 2 minutes
+	StartTimeout  time.Duration // how long Start waits for every node to be idle, default 2 minutes + 2 s per node
 	ParentTempDir string        // where the cluster directory is created, default a dev-capable temp dir
 }
 
@@ -250,7 +250,8 @@ func start(cfg Config) (_ *Cluster, err error) {
 	}
 	timeout := cfg.StartTimeout
 	if timeout == 0 {
-		timeout = 2 * time.Minute
+		// Many simulated nodes register with one slurmctld at once on a small machine.
+		timeout = 2*time.Minute + time.Duration(cfg.Nodes)*2*time.Second
 	}
 	return c, c.waitIdle(timeout)
 }

@@ -26,7 +26,7 @@ func TestConfigRejectsBadInput(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{Nodes: 5}, "Config.Nodes=5: expected 1..4"},
+		{Config{Nodes: 257}, "Config.Nodes=257: expected 1..256"},
 		{Config{Nodes: -1}, "Config.Nodes=-1"},
 		{Config{TaskPlugin: "task/foo"}, `Config.TaskPlugin="task/foo"`},
 		{Config{Proctrack: "proctrack/x"}, `Config.Proctrack="proctrack/x"`},

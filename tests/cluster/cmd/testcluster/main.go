@@ -43,7 +43,7 @@ func run(args []string) error {
 		fs := flag.NewFlagSet("start", flag.ContinueOnError)
 		var cfg cluster.Config
 		var plug, conf lines
-		fs.IntVar(&cfg.Nodes, "nodes", 1, "slurmd nodes (1..4)")
+		fs.IntVar(&cfg.Nodes, "nodes", 1, "slurmd nodes (1..256, one slurmd each on this host)")
 		fs.IntVar(&cfg.CPUs, "cpus", 0, "CPUs per node (default nproc)")
 		fs.StringVar(&cfg.TaskPlugin, "task", "task/none", "TaskPlugin")
 		fs.StringVar(&cfg.Proctrack, "proctrack", "", "ProctrackType (default by TaskPlugin)")
