@@ -64,6 +64,7 @@ type checker struct {
 	sysRoot       string                // where the plugin reads sysfs ("" the host)
 	topo          *gpubind.Topology     // the driver's GPUs as the plugin sees them
 	topoErr       error
+	nvTopo        *gpubind.Topology // what NVML said (checkNVML), nil when not loaded
 	items         []checkItem
 }
 
@@ -155,6 +156,8 @@ func (c *checker) run() []checkItem {
 	c.checkEngine()
 	c.checkGres()
 	c.checkNVML()
+	c.checkFabric() // check_fabric.go: multi-node NVLink and IMEX
+	c.checkIMEX()
 	c.checkCacheDir()
 	c.checkCgroup()
 	c.checkSlurmConf()
@@ -456,6 +459,7 @@ func (c *checker) checkNVML() {
 		c.add("nvml", statusWarn, "NVML does not load (%v): discovery uses sysfs only", err)
 		return
 	}
+	c.nvTopo = nv
 	if c.topoErr != nil {
 		c.add("nvml", statusFail, "NVML loads but sysfs does not: %v", c.topoErr)
 		return
