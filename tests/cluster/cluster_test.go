@@ -82,6 +82,38 @@ func TestTwoNodesHostname(t *testing.T) {
 	}
 }
 
+// AuthSlurm runs a cluster without munge (auth/slurm, Slurm 23.11 and later), as on the GPU
+// machine, which has no munged.
+func TestAuthSlurm(t *testing.T) {
+	cfg, err := Config{}.normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(slurmBin(cfg.SlurmPrefix, "slurmd"), "-V").Output()
+	var major, minor int
+	if err != nil || len(strings.Fields(string(out))) < 2 {
+		t.Skipf("slurmd -V: %v", err)
+	}
+	if _, err := fmt.Sscanf(strings.Fields(string(out))[1], "%d.%d", &major, &minor); err != nil || major*100+minor < 2311 {
+		t.Skipf("auth/slurm needs Slurm 23.11 or later; this is %s", strings.TrimSpace(string(out)))
+	}
+	c := StartT(t, Config{Nodes: 2, AuthSlurm: true})
+	conf, err := os.ReadFile(c.ConfPath)
+	if err != nil || !strings.Contains(string(conf), "AuthType=auth/slurm") || strings.Contains(string(conf), "munge") {
+		t.Fatalf("slurm.conf (%v):\n%s", err, conf)
+	}
+	if c.MungeSocket != "" {
+		t.Errorf("MungeSocket = %q, want none", c.MungeSocket)
+	}
+	got, _, err := c.Srun(ctxT(t), "-N2", "-n2", "hostname")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := strings.Fields(got); len(f) != 2 {
+		t.Errorf("srun -N2 -n2 hostname printed %q", got)
+	}
+}
+
 // buildPMIxClient compiles tests/c/pmix_putget.c against the installed PMIx.
 func buildPMIxClient(t *testing.T) string {
 	t.Helper()

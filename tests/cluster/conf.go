@@ -145,11 +145,14 @@ func (c *Cluster) writeConfigs(ctldPort int, nodePorts []int, mungeSocket string
 		fmt.Sprintf("SlurmctldPort=%d", ctldPort),
 		"SlurmUser=root",
 		"SlurmdUser=root",
-		"AuthType=auth/munge",
-		"CredType=cred/munge",
 	}
-	// Always explicit, so the daemons, srun and slurmstepd use the munged chosen at start.
-	lines = append(lines, "AuthInfo=socket="+mungeSocket)
+	if cfg.AuthSlurm {
+		// The key is slurm.key beside slurm.conf, where auth/slurm looks by default.
+		lines = append(lines, "AuthType=auth/slurm", "CredType=auth/slurm")
+	} else {
+		// Always explicit, so the daemons, srun and slurmstepd use the munged chosen at start.
+		lines = append(lines, "AuthType=auth/munge", "CredType=cred/munge", "AuthInfo=socket="+mungeSocket)
+	}
 	lines = append(lines,
 		"StateSaveLocation="+filepath.Join(d, "state"),
 		// %n gives every slurmd its own spool and TmpFS: the PMIx server files collide otherwise.

@@ -50,6 +50,7 @@ func run(args []string) error {
 		fs.IntVar(&cfg.GPUs, "gpus", 8, "fake GPUs per node")
 		fs.BoolVar(&cfg.ConstrainDevices, "constrain-devices", false, "cgroup.conf ConstrainDevices=yes")
 		fs.BoolVar(&cfg.OwnMunge, "own-munge", false, "always start a private munged")
+		fs.BoolVar(&cfg.AuthSlurm, "auth-slurm", false, "auth/slurm with a generated key, no munge (Slurm 23.11+)")
 		fs.Var(&plug, "plugstack", "plugstack.conf line (repeatable)")
 		fs.Var(&conf, "conf", "extra slurm.conf line (repeatable)")
 		if err := fs.Parse(args[1:]); err != nil {
