@@ -153,6 +153,7 @@ func (c *checker) run() []checkItem {
 	c.driverTopology()
 	c.checkPlugin()
 	c.checkEngine()
+	c.checkLauncher()
 	c.checkGres()
 	c.checkNVML()
 	c.checkCacheDir()
