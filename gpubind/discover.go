@@ -152,7 +152,7 @@ func cloneMap(m map[string]string) map[string]string {
 	return out
 }
 
-// pairSnapshot adds the facts sysfs cannot know (NVLinks, MIG instances) from a snapshot
+// pairSnapshot adds the facts sysfs cannot know (NVLinks, MIG instances, fabric) from a snapshot
 // of the same node, matching GPUs by bus id.
 func pairSnapshot(t, snap *Topology) *Topology {
 	for i := range t.GPUs {
@@ -168,6 +168,10 @@ func pairSnapshot(t, snap *Topology) *Topology {
 		if len(s.MIG) > 0 {
 			g.MIG = s.MIG
 			g.setSource("mig", BackendSnapshot)
+		}
+		if s.Fabric != nil {
+			g.Fabric = s.Fabric
+			g.setSource("fabric", BackendSnapshot)
 		}
 	}
 	t.Backends = append(t.Backends, BackendSnapshot)

@@ -46,6 +46,8 @@ type GPU struct {
 	// NVLinks maps a peer GPU's bus id to the number of NVLinks joining them.
 	NVLinks map[string]int `json:"nvlinks,omitempty"`
 	MIG     []MIGDevice    `json:"mig,omitempty"`
+	// Fabric is the multi-node NVLink fabric state (NVML only; nil when unknown).
+	Fabric *Fabric `json:"fabric,omitempty"`
 	// Source names the backend that supplied each fact ("uuid", "minor", "numa", ...).
 	Source map[string]string `json:"source,omitempty"`
 }
@@ -214,6 +216,9 @@ func (t *Topology) Normalize() error {
 		}
 		if g.NUMA < -1 {
 			g.NUMA = -1
+		}
+		if err := g.Fabric.validate(); err != nil {
+			return fmt.Errorf("gpu %s: %w", b, err)
 		}
 		for _, m := range g.MIG {
 			if !strings.HasPrefix(m.UUID, "MIG-") {

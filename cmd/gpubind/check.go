@@ -64,6 +64,7 @@ type checker struct {
 	sysRoot       string                // where the plugin reads sysfs ("" the host)
 	topo          *gpubind.Topology     // the driver's GPUs as the plugin sees them
 	topoErr       error
+	nvTopo        *gpubind.Topology // what NVML said (checkNVML), nil when not loaded
 	items         []checkItem
 }
 
@@ -156,6 +157,8 @@ func (c *checker) run() []checkItem {
 	c.checkLauncher()
 	c.checkGres()
 	c.checkNVML()
+	c.checkFabric() // check_fabric.go: multi-node NVLink and IMEX
+	c.checkIMEX()
 	c.checkCacheDir()
 	c.checkCgroup()
 	c.checkSlurmConf()
@@ -386,7 +389,7 @@ func (c *checker) checkGres() {
 		if v, ok := c.args["gres_conf"]; ok {
 			path = c.under(v)
 		} else {
-			path = filepath.Join(c.confDir(), "gres.conf")
+			path = gpubind.GresConfPath("", c.slurmConf)
 		}
 	}
 	// As gpubind.LoadNodeConf reads it, with absolute Include paths in the checked tree.
@@ -457,6 +460,7 @@ func (c *checker) checkNVML() {
 		c.add("nvml", statusWarn, "NVML does not load (%v): discovery uses sysfs only", err)
 		return
 	}
+	c.nvTopo = nv
 	if c.topoErr != nil {
 		c.add("nvml", statusFail, "NVML loads but sysfs does not: %v", c.topoErr)
 		return
@@ -486,7 +490,7 @@ func (c *checker) checkNVML() {
 }
 
 func (c *checker) checkCacheDir() {
-	dir := "/run/gpubind"
+	dir := gpubind.DefaultCacheDir
 	if v, ok := c.args["cache_dir"]; ok {
 		dir = v
 	}
