@@ -52,6 +52,9 @@ func New(t *gpubind.Topology) *server.Server {
 		d.UUID, d.PciBusID, d.Minor, d.Index = g.UUID, g.BusID, g.Minor, i
 		d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return pciInfo(g.BusID), nvml.SUCCESS }
 		d.GetNumaNodeIdFunc = func() (int, nvml.Return) {
+			if len(g.MemoryNUMA) > 0 {
+				return g.MemoryNUMA[0], nvml.SUCCESS // Grace: NVML names the GPU's memory node
+			}
 			if g.NUMA < 0 {
 				return 0, nvml.ERROR_NOT_SUPPORTED
 			}
