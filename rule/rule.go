@@ -7,7 +7,9 @@ package rule
 /*
 #cgo CFLAGS: -D_GNU_SOURCE -std=gnu11 -Wall
 #include <stdio.h>
+#include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include "table.h"
 
 // A CPU list ("" = unknown) into set; returns 0, 1 when unknown, -1 when bad.
@@ -43,12 +45,28 @@ static int go_env(const struct gb_table *t, const struct gb_result *r,
 	return gb_result_env(t, r, go_env_add, &e);
 }
 
+// The device nodes a task's device cgroup denies, for go_can_open: a
+// NUL-separated list, per thread (a cgo call stays on its thread).
+static __thread const char *go_denied;
+static __thread size_t go_denied_len;
+
+static int go_can_open(const char *dev)
+{
+	for (size_t off = 0; off < go_denied_len; off += strlen(go_denied + off) + 1)
+		if (!strcmp(go_denied + off, dev))
+			return EPERM;
+	return 0;
+}
+
+// As the front end's task_init: the rule, the device limit (when denied is
+// not NULL), then visible=first|localid.
 static int go_apply(const struct gb_table *t, int lid, const char *btype,
 		    const char *blist, const char *own, const char *step,
+		    const char *denied, size_t denied_len,
 		    struct gb_result *r, char *err, size_t errlen)
 {
 	cpu_set_t o, s;
-	int ho = go_cpus(own, &o), hs = go_cpus(step, &s);
+	int ho = go_cpus(own, &o), hs = go_cpus(step, &s), rc;
 
 	if (ho < 0 || hs < 0) {
 		snprintf(err, errlen, "bad CPU list %s", ho < 0 ? own : step);
@@ -57,8 +75,18 @@ static int go_apply(const struct gb_table *t, int lid, const char *btype,
 	struct gb_binds b;
 
 	gb_binds_parse(t, btype[0] ? btype : NULL, blist[0] ? blist : NULL, &b);
-	return gb_rule_apply(t, lid, &b, ho ? NULL : &o, hs ? NULL : &s, r,
-			     err, errlen);
+	rc = gb_rule_apply(t, lid, &b, ho ? NULL : &o, hs ? NULL : &s, r,
+			   err, errlen);
+	if (!rc && denied) {
+		go_denied = denied;
+		go_denied_len = denied_len;
+		rc = gb_result_restrict(t, r, go_can_open, err, errlen);
+		go_denied = NULL;
+		go_denied_len = 0;
+	}
+	if (!rc)
+		gb_result_widen(t, r, lid);
+	return rc;
 }
 */
 import "C"
@@ -135,11 +163,16 @@ type Task struct {
 	BindList string // SLURM_CPU_BIND_LIST ("" when unset)
 	Own      string // the task's affinity as a CPU list ("" when unknown)
 	Step     string // the step's CPUs (its cpuset) ("" when unknown: the whole node)
+	// Denied lists the device nodes (the gpu lines' DEV) the task's device cgroup denies,
+	// as Slurm's per-task ConstrainDevices or isolate would; nil: the device limit is not
+	// applied (the CLI has no task to ask).
+	Denied []string
 }
 
 // Result is the rule's answer for one task.
 type Result struct {
-	GPUs    []int    // table GPU ids, in the order the task gets them
+	GPUs    []int    // table GPU ids, in the order the task sees them (CUDA_VISIBLE_DEVICES)
+	Own     []int    // the task's own GPUs (GPUs but those visible=first|localid added)
 	ByTable bool     // the task took its "task L" line
 	CPUs    string   // CPU list to bind the task to (cpus flag), "" for none
 	Env     []string // NAME=VALUE, as the front end sets them
@@ -157,13 +190,23 @@ func (t *Table) Apply(k Task) (Result, error) {
 			C.free(unsafe.Pointer(p))
 		}
 	}()
-	if C.go_apply(t.c, C.int(k.Local), bt, bl, own, step, &r, &errb[0], C.size_t(len(errb))) != 0 {
+	var denied *C.char
+	if k.Denied != nil {
+		denied = C.CString(strings.Join(k.Denied, "\x00") + "\x00")
+		defer C.free(unsafe.Pointer(denied))
+	}
+	dlen := C.size_t(0)
+	for _, d := range k.Denied {
+		dlen += C.size_t(len(d) + 1)
+	}
+	if C.go_apply(t.c, C.int(k.Local), bt, bl, own, step, denied, dlen, &r, &errb[0], C.size_t(len(errb))) != 0 {
 		return Result{}, errors.New(C.GoString(&errb[0]))
 	}
 	res := Result{ByTable: r.by_table != 0}
 	for i := 0; i < int(r.ngpus); i++ {
 		res.GPUs = append(res.GPUs, int(r.gpus[i]))
 	}
+	res.Own = res.GPUs[int(r.own_at) : int(r.own_at)+int(r.nown)]
 	var buf [16384]C.char
 	if r.set_cpus != 0 {
 		C.gb_format_cpulist(&r.cpus, &buf[0], C.size_t(len(buf)))
