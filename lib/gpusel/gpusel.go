@@ -132,7 +132,9 @@ func Choose(in Input) (Choice, error) {
 }
 
 // fromPlugin reads the plugin's per-task variables (spank/PROTOCOL.md section 3): the task's
-// GPUs in order, the first being CUDA device 0 of the CUDA_VISIBLE_DEVICES it also set.
+// GPUs in order, the first being CUDA device GPUBIND_CUDA_DEVICES names in the
+// CUDA_VISIBLE_DEVICES it also set (device 0 without it, and with visible=own or first; entry
+// SLURM_LOCALID with visible=localid).
 func fromPlugin(getenv func(string) string) (Choice, error) {
 	split := func(name string) []string {
 		v := getenv(name)
@@ -152,6 +154,16 @@ func fromPlugin(getenv func(string) string) (Choice, error) {
 		}
 	}
 	c := Choice{CUDADevice: 0, Visible: n, Source: "gpubind"}
+	if cvd := getenv("CUDA_VISIBLE_DEVICES"); cvd != "" && len(strings.Split(cvd, ",")) > n {
+		c.Visible = len(strings.Split(cvd, ",")) // visible=first|localid: the step's GPUs
+	}
+	if cd := split("GPUBIND_CUDA_DEVICES"); len(cd) > 0 {
+		k, err := strconv.Atoi(cd[0])
+		if err != nil || k < 0 || k >= c.Visible {
+			return Choice{}, fmt.Errorf("GPUBIND_CUDA_DEVICES=%q: want CUDA device numbers below %d", getenv("GPUBIND_CUDA_DEVICES"), c.Visible)
+		}
+		c.CUDADevice = k
+	}
 	if len(buses) > 0 && buses[0] != "" {
 		b, err := NormalizeBusID(buses[0])
 		if err != nil {
