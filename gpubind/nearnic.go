@@ -100,3 +100,7 @@ func nearOrder(t *Topology, st *Step) map[int][]int {
 	}
 	return out
 }
+
+// NICPort is "NAME:PORT" for the NIC named name, on its first ACTIVE port (1 when unknown),
+// as the plugin writes NICs; "" for "".
+func (t *Topology) NICPort(name string) string { return t.nicPort(name) }

@@ -32,6 +32,7 @@ const usage = `usage:
                    [--slurm-conf FILE] [--gres-conf FILE] [--node NAME]
                    [--numbering global|relative] [--source S] [--table]
   gpubind check    [--json] [--root DIR] [FILE options: gpubind check -h]
+  gpubind whereami [--json] [--strict] [--root DIR]   (run as a task: srun ... gpubind whereami)
   gpubind help-policies
   gpubind version  [--plugin FILE] [--slurmd FILE]   (also --version)
 `
@@ -62,6 +63,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdVersion(args[1:], stdout)
 	case "check":
 		err = cmdCheck(args[1:], stdout, stderr)
+	case "whereami":
+		err = cmdWhereami(args[1:], stdout, stderr)
 	case "help-policies":
 		fmt.Fprint(stdout, gpubind.PolicyHelpText)
 	case "-h", "--help", "help":
@@ -75,6 +78,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		return 0
+	case errors.Is(err, errStrict):
+		return 1
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "gpubind: %v\n%s", err, usage)
 		return 2
