@@ -32,7 +32,7 @@ const usage = `usage:
                    [--slurm-conf FILE] [--gres-conf FILE] [--node NAME]
                    [--numbering global|relative] [--source S] [--table]
   gpubind check    [--json] [--root DIR] [FILE options: gpubind check -h]
-  gpubind whereami [--json] [--strict] [--root DIR]   (run as a task: srun ... gpubind whereami)
+  gpubind whereami [--json] [--strict] [--root DIR] [--dev DIR]   (run as a task: srun ... gpubind whereami)
   gpubind help-policies
   gpubind version  [--plugin FILE] [--slurmd FILE]   (also --version)
 `

@@ -63,13 +63,14 @@ func cmdWhereami(args []string, stdout, stderr io.Writer) error {
 	var c common
 	fs := newFlags("whereami", stderr, &c)
 	strict := fs.Bool("strict", false, "exit 1 when there are warnings")
+	dev := fs.String("dev", "", "the GPUs' device nodes are DIR/nvidiaN (default ROOT/dev)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if c.snapshot != "" || c.source != "" {
 		return usageError{"whereami reads the node itself: --root only"}
 	}
-	rep, err := whereami(c.root, os.LookupEnv, c.root == "" || c.root == "/")
+	rep, err := whereami(c.root, *dev, os.LookupEnv, c.root == "" || c.root == "/")
 	if err != nil {
 		return err
 	}
@@ -105,9 +106,18 @@ func envInt(lookup func(string) (string, bool), names ...string) *int {
 // whereami reads the process's own view under root ("" is /): procfs for its affinity,
 // memory nodes and cgroups, sysfs for the GPUs and NICs, the device nodes' access for what
 // CUDA can open. self says root is the live system (get_mempolicy asks the kernel).
-func whereami(root string, lookup func(string) (string, bool), self bool) (*whereReport, error) {
+func whereami(root, dev string, lookup func(string) (string, bool), self bool) (*whereReport, error) {
 	if root == "" {
 		root = "/"
+	}
+	if dev == "" {
+		dev = filepath.Join(root, "dev")
+	}
+	// A tree without processes (a fixture of sysfs and the driver's procfs) keeps the live
+	// /proc for the process itself.
+	procRoot := filepath.Join(root, "proc")
+	if _, err := os.Lstat(filepath.Join(procRoot, "self")); err != nil {
+		procRoot = "/proc"
 	}
 	getenv := func(n string) string { v, _ := lookup(n); return v }
 	rep := &whereReport{Env: map[string]string{}, GPUs: []whereGPU{}, Warnings: []string{}, Cgroup: []string{}}
@@ -125,24 +135,24 @@ func whereami(root string, lookup func(string) (string, bool), self bool) (*wher
 	warn := func(format string, a ...any) { rep.Warnings = append(rep.Warnings, fmt.Sprintf(format, a...)) }
 
 	// The process: procfs.
-	pfs, err := procfs.NewFS(filepath.Join(root, "proc"))
+	pfs, err := procfs.NewFS(procRoot)
 	if err != nil {
-		return nil, fmt.Errorf("procfs at %s: %w", filepath.Join(root, "proc"), err)
+		return nil, fmt.Errorf("procfs at %s: %w", procRoot, err)
 	}
 	p, err := pfs.Self()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(root, "proc/self"), err)
+		return nil, fmt.Errorf("%s: %w", filepath.Join(procRoot, "self"), err)
 	}
 	st, err := p.NewStatus()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(root, "proc/self/status"), err)
+		return nil, fmt.Errorf("%s: %w", filepath.Join(procRoot, "self/status"), err)
 	}
 	var cpus gpubind.CPUSet
 	for _, c := range st.CpusAllowedList {
 		cpus = cpus.Union(gpubind.NewCPUSet(int(c)))
 	}
 	rep.CPUs = cpus.String()
-	rep.Mems = memsAllowed(filepath.Join(root, "proc", strconv.Itoa(p.PID), "status"))
+	rep.Mems = memsAllowed(filepath.Join(procRoot, strconv.Itoa(p.PID), "status"))
 	if cgs, err := p.Cgroups(); err == nil {
 		for _, cg := range cgs {
 			rep.Cgroup = append(rep.Cgroup, fmt.Sprintf("%d:%s:%s", cg.HierarchyID, strings.Join(cg.Controllers, ","), cg.Path))
@@ -157,7 +167,7 @@ func whereami(root string, lookup func(string) (string, bool), self bool) (*wher
 	if err != nil {
 		return nil, err
 	}
-	usable, err := cudavis.Scan(root, nil)
+	usable, err := cudavis.ScanDev(root, dev, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +186,7 @@ func whereami(root string, lookup func(string) (string, bool), self bool) (*wher
 			wg.Index, wg.NUMA = topo.GPUs[i].Index, topo.GPUs[i].NUMA
 		}
 		if g.Minor >= 0 {
-			err := cudavis.Access(filepath.Join(root, "dev", "nvidia"+strconv.Itoa(g.Minor)))
+			err := cudavis.Access(filepath.Join(dev, "nvidia"+strconv.Itoa(g.Minor)))
 			wg.Openable = !errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.EACCES)
 		}
 		if !wg.Openable {

@@ -40,7 +40,7 @@ func lookupOf(env map[string]string) func(string) (string, bool) {
 // that GPU's NUMA node, NCCL_IB_HCA holds the node's rails: no warning.
 func TestWhereamiMatches(t *testing.T) {
 	root := whereRoot(t, "0")
-	rep, err := whereami(root, lookupOf(map[string]string{
+	rep, err := whereami(root, "", lookupOf(map[string]string{
 		"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURMD_NODENAME": "node1",
 		"CUDA_VISIBLE_DEVICES": "2,0,1,3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
 		"GPUBIND_PCI_BUS_IDS": "0000:3a:00.0", "GPUBIND_CUDA_DEVICES": "0",
@@ -77,7 +77,7 @@ func TestWhereamiMatches(t *testing.T) {
 // --strict exits 1.
 func TestWhereamiWarns(t *testing.T) {
 	root := whereRoot(t, "0-1")
-	rep, err := whereami(root, lookupOf(map[string]string{
+	rep, err := whereami(root, "", lookupOf(map[string]string{
 		"CUDA_VISIBLE_DEVICES": "4,5", // no CUDA_DEVICE_ORDER
 		"GPUBIND_PCI_BUS_IDS":  "0000:ab:00.0", "GPUBIND_CUDA_DEVICES": "0",
 		"NCCL_IB_HCA": "=mlx5_4:1",

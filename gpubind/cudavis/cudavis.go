@@ -82,6 +82,12 @@ func NormalizeBusID(s string) (string, error) {
 // without persistence mode). When no nvidiaN node exists at all, nothing is filtered: the
 // nodes are created on first use by nvidia-modprobe.
 func Scan(root string, access func(path string) error) ([]GPU, error) {
+	return ScanDev(root, "", access)
+}
+
+// ScanDev is Scan with the device nodes in dev ("" is root/dev): a test cluster's fake GPUs
+// live in a directory of their own.
+func ScanDev(root, dev string, access func(path string) error) ([]GPU, error) {
 	if access == nil {
 		access = Access
 	}
@@ -99,7 +105,10 @@ func Scan(root string, access func(path string) error) ([]GPU, error) {
 	procDir := filepath.Join(root, "proc/driver/nvidia/gpus")
 	_, perr := os.Stat(procDir)
 	driverLoaded := perr == nil
-	nodes, _ := filepath.Glob(filepath.Join(root, "dev/nvidia[0-9]*"))
+	if dev == "" {
+		dev = filepath.Join(root, "dev")
+	}
+	nodes, _ := filepath.Glob(filepath.Join(dev, "nvidia[0-9]*"))
 	var out []GPU
 	for _, e := range ents {
 		vendor, err1 := os.ReadFile(filepath.Join(dir, e.Name(), "vendor"))
@@ -128,7 +137,7 @@ func Scan(root string, access func(path string) error) ([]GPU, error) {
 		if m, err := strconv.Atoi(info["Device Minor"]); err == nil && m >= 0 {
 			g.Minor = m
 		}
-		if g.Minor >= 0 && len(nodes) > 0 && !canUse(access, filepath.Join(root, "dev", fmt.Sprintf("nvidia%d", g.Minor))) {
+		if g.Minor >= 0 && len(nodes) > 0 && !canUse(access, filepath.Join(dev, fmt.Sprintf("nvidia%d", g.Minor))) {
 			continue
 		}
 		out = append(out, g)

@@ -1,6 +1,10 @@
 package plugin
 
 import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -119,6 +123,56 @@ func TestNCCLTrustSlurm(t *testing.T) {
 	t.Run("visible=first with gpus-per-task", func(t *testing.T) {
 		for _, v := range run(t, 2, "-n2", "--gpus-per-task=2", "--cpu-bind=map_cpu:0,1", "--gpu-bind-topo=closest,visible=first") {
 			checkVisible(t, v, true)
+		}
+	})
+	// whereami in every task reports what the task really got; it must match the plugin's
+	// own mapping line (verbose) and find nothing to warn about (--strict exits 0).
+	t.Run("whereami on every task", func(t *testing.T) {
+		bin := filepath.Join(t.TempDir(), "gpubind")
+		if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(repoRoot(), "cmd/gpubind")).CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
+		if err := os.Chmod(filepath.Dir(bin), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		w := bin + ` whereami --json --strict --root ` + fixture("dgx4nic-2cpu") + ` --dev ` + c.DevDir +
+			` > ` + c.Dir + `/where.$SLURM_PROCID.json; echo "W $SLURM_PROCID $?"`
+		out, errOut, err := c.Srun(ctx(t), "-n2", "--gpus=4", "--cpu-bind=map_cpu:0,1",
+			"--gpu-bind-topo=closest,nic,visible=first,verbose", "sh", "-c", w)
+		if err != nil {
+			t.Fatalf("srun: %v\n%s\n%s", err, out, errOut)
+		}
+		mapping := regexp.MustCompile(`gpubind: task \d+ \(rank (\d+)\): CUDA_VISIBLE_DEVICES=\S+ \(visible=first, own entry 0\) -> GPU \d+ (\S+) `)
+		own := map[string]string{}
+		for _, m := range mapping.FindAllStringSubmatch(out+errOut, -1) {
+			own[m[1]] = m[2]
+		}
+		for _, m := range regexp.MustCompile(`(?m)^W (\d+) (\d+)$`).FindAllStringSubmatch(out, -1) {
+			b, _ := os.ReadFile(filepath.Join(c.Dir, "where."+m[1]+".json"))
+			var rep struct {
+				GPUs []struct {
+					Bus string `json:"pci_bus_id"`
+				} `json:"gpus"`
+				Local    bool     `json:"cpus_local_to_gpus"`
+				NIC      string   `json:"nic"`
+				Warnings []string `json:"warnings"`
+				Env      map[string]string
+			}
+			if err := json.Unmarshal(b, &rep); err != nil {
+				t.Fatalf("task %s: whereami --json: %v\n%s", m[1], err, b)
+			}
+			if m[2] != "0" || len(rep.Warnings) > 0 {
+				t.Errorf("task %s: whereami --strict exit %s, warnings %q (Slurm %s)", m[1], m[2], rep.Warnings, slurmVersion(c))
+			}
+			if len(rep.GPUs) != 4 || own[m[1]] == "" || rep.GPUs[0].Bus != own[m[1]] {
+				t.Errorf("task %s: whereami sees %+v, the mapping line says its GPU is %q", m[1], rep.GPUs, own[m[1]])
+			}
+			if !rep.Local || rep.NIC != rep.Env["UCX_NET_DEVICES"] {
+				t.Errorf("task %s: cpus local %v, nic %s, UCX_NET_DEVICES %s", m[1], rep.Local, rep.NIC, rep.Env["UCX_NET_DEVICES"])
+			}
+		}
+		if len(own) != 2 {
+			t.Errorf("mapping lines for %d tasks, want 2:\n%s%s", len(own), out, errOut)
 		}
 	})
 	t.Run("visible=own unchanged", func(t *testing.T) {
