@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/gpubind/gpubind/tests/cluster"
@@ -137,42 +138,63 @@ func TestNCCLTrustSlurm(t *testing.T) {
 		}
 		w := bin + ` whereami --json --strict --root ` + fixture("dgx4nic-2cpu") + ` --dev ` + c.DevDir +
 			` > ` + c.Dir + `/where.$SLURM_PROCID.json; echo "W $SLURM_PROCID $?"`
-		out, errOut, err := c.Srun(ctx(t), "-n2", "--gpus=4", "--cpu-bind=map_cpu:0,1",
-			"--gpu-bind-topo=closest,nic,visible=first,verbose", "sh", "-c", w)
-		if err != nil {
-			t.Fatalf("srun: %v\n%s\n%s", err, out, errOut)
+		type whereRep struct {
+			GPUs []struct {
+				Bus string `json:"pci_bus_id"`
+			} `json:"gpus"`
+			Local    bool     `json:"cpus_local_to_gpus"`
+			NIC      string   `json:"nic"`
+			Warnings []string `json:"warnings"`
+			Env      map[string]string
 		}
-		mapping := regexp.MustCompile(`gpubind: task \d+ \(rank (\d+)\): CUDA_VISIBLE_DEVICES=\S+ \(visible=first, own entry 0\) -> GPU \d+ (\S+) `)
-		own := map[string]string{}
-		for _, m := range mapping.FindAllStringSubmatch(out+errOut, -1) {
-			own[m[1]] = m[2]
+		// where runs whereami in every task of an srun and returns each rank's report, exit
+		// status and own GPU from the mapping line.
+		where := func(t *testing.T, gpus string) (map[string]whereRep, map[string]string, map[string]string) {
+			out, errOut, err := c.Srun(ctx(t), "-n2", gpus, "--cpu-bind=map_cpu:0,1",
+				"--gpu-bind-topo=closest,nic,visible=first,verbose", "sh", "-c", w)
+			if err != nil {
+				t.Fatalf("srun: %v\n%s\n%s", err, out, errOut)
+			}
+			mapping := regexp.MustCompile(`gpubind: task \d+ \(rank (\d+)\): CUDA_VISIBLE_DEVICES=\S+ \(visible=first, own entry 0\) -> GPU \d+ (\S+) `)
+			own := map[string]string{}
+			for _, m := range mapping.FindAllStringSubmatch(out+errOut, -1) {
+				own[m[1]] = m[2]
+			}
+			reps, rcs := map[string]whereRep{}, map[string]string{}
+			for _, m := range regexp.MustCompile(`(?m)^W (\d+) (\d+)$`).FindAllStringSubmatch(out, -1) {
+				b, _ := os.ReadFile(filepath.Join(c.Dir, "where."+m[1]+".json"))
+				var rep whereRep
+				if err := json.Unmarshal(b, &rep); err != nil {
+					t.Fatalf("task %s: whereami --json: %v\n%s", m[1], err, b)
+				}
+				reps[m[1]], rcs[m[1]] = rep, m[2]
+			}
+			if len(own) != 2 || len(reps) != 2 {
+				t.Fatalf("mapping lines for %d tasks, whereami for %d, want 2:\n%s%s", len(own), len(reps), out, errOut)
+			}
+			return reps, rcs, own
 		}
-		for _, m := range regexp.MustCompile(`(?m)^W (\d+) (\d+)$`).FindAllStringSubmatch(out, -1) {
-			b, _ := os.ReadFile(filepath.Join(c.Dir, "where."+m[1]+".json"))
-			var rep struct {
-				GPUs []struct {
-					Bus string `json:"pci_bus_id"`
-				} `json:"gpus"`
-				Local    bool     `json:"cpus_local_to_gpus"`
-				NIC      string   `json:"nic"`
-				Warnings []string `json:"warnings"`
-				Env      map[string]string
+		// All 8 GPUs: each task's CPU (0: NUMA 0, 1: NUMA 1) has GPUs on its node.
+		reps, rcs, own := where(t, "--gpus=8")
+		for r, rep := range reps {
+			if rcs[r] != "0" || len(rep.Warnings) > 0 {
+				t.Errorf("task %s: whereami --strict exit %s, warnings %q (Slurm %s)", r, rcs[r], rep.Warnings, slurmVersion(c))
 			}
-			if err := json.Unmarshal(b, &rep); err != nil {
-				t.Fatalf("task %s: whereami --json: %v\n%s", m[1], err, b)
-			}
-			if m[2] != "0" || len(rep.Warnings) > 0 {
-				t.Errorf("task %s: whereami --strict exit %s, warnings %q (Slurm %s)", m[1], m[2], rep.Warnings, slurmVersion(c))
-			}
-			if len(rep.GPUs) != 4 || own[m[1]] == "" || rep.GPUs[0].Bus != own[m[1]] {
-				t.Errorf("task %s: whereami sees %+v, the mapping line says its GPU is %q", m[1], rep.GPUs, own[m[1]])
+			if len(rep.GPUs) != 8 || rep.GPUs[0].Bus != own[r] {
+				t.Errorf("task %s: whereami sees %+v, the mapping line says its GPU is %q", r, rep.GPUs, own[r])
 			}
 			if !rep.Local || rep.NIC != rep.Env["UCX_NET_DEVICES"] {
-				t.Errorf("task %s: cpus local %v, nic %s, UCX_NET_DEVICES %s", m[1], rep.Local, rep.NIC, rep.Env["UCX_NET_DEVICES"])
+				t.Errorf("task %s: cpus local %v, nic %s, UCX_NET_DEVICES %s", r, rep.Local, rep.NIC, rep.Env["UCX_NET_DEVICES"])
 			}
 		}
-		if len(own) != 2 {
-			t.Errorf("mapping lines for %d tasks, want 2:\n%s%s", len(own), out, errOut)
+		// --gpus=4 gives GPUs 0-3, all on NUMA 0: task 1, bound to CPU 1 (NUMA 1), has no
+		// near GPU, and whereami says so (--strict: exit 1).
+		reps, rcs, _ = where(t, "--gpus=4")
+		if w := strings.Join(reps["1"].Warnings, "; "); rcs["1"] != "1" || !strings.Contains(w, "are not all local to CUDA device 0") {
+			t.Errorf("task 1 on NUMA 1 with GPUs of NUMA 0: whereami exit %s, warnings %q", rcs["1"], w)
+		}
+		if rcs["0"] != "0" {
+			t.Errorf("task 0: whereami exit %s, warnings %q", rcs["0"], reps["0"].Warnings)
 		}
 	})
 	t.Run("visible=own unchanged", func(t *testing.T) {
