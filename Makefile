@@ -45,7 +45,7 @@ DEB_PACKAGES := slurmctld slurmd slurm-client libslurm-dev munge libpmix-dev ope
                 libopenmpi-dev pkg-config gcc g++ make procps util-linux psmisc iproute2 \
                 libc6-dev hostname
 
-.PHONY: all deps build test slurm-matrix check-slurm-version test-unit test-integration demo bench install uninstall clean \
+.PHONY: all deps build test slurm-matrix check-slurm-version test-unit test-integration demo bench bench-scale install uninstall clean \
         engine plugin helper cli fmt vet
 
 all: build
@@ -108,6 +108,11 @@ demo: deps build
 
 bench: deps build
 	./bench/run.sh
+
+# The NCCL ID exchange and the plugin on many simulated nodes (bench/scale.sh; docs/scale.md).
+# SCALE_NODES="16 32 64 128" SCALE_RPN=8 for 1,024 ranks on a machine with the cores for it.
+bench-scale: deps build
+	./bench/scale.sh ids plugin
 
 # ---- install --------------------------------------------------------------------------------
 # Refuses, naming both versions, a slurmd that would not load the plugin just built. A staged

@@ -2,6 +2,7 @@
 # gpubind benchmarks. `make bench` runs them all; one section alone:
 #
 #   bench/run.sh [all | launch | plancache | stepd | init | scaling | go]...
+#   bench/run.sh assemble      (only) writes bench/RESULTS.md again from bench/results/*.md
 #
 #   launch   srun -N1 -n N with the plugin loaded and --gpu-bind-topo used, against no plugin
 #   plancache  the same in a task/affinity cluster with 16 declared CPUs (2 real): no plugin,
@@ -10,6 +11,9 @@
 #   init     gpuhelper_init against raw PMIx calls and against MPI_Init+split+Bcast
 #   scaling  NCCL ID distribution at 8..64 processes: direct modex against fence, 1..8 roots
 #   go       the Go benchmarks of ./gpubind/... and ./spank/engine, summarised with benchstat
+#
+# bench/scale.sh (`make bench-scale`) measures the ID exchange and the plugin on many simulated
+# nodes; its sections (8, 9) are kept here across runs.
 #
 # Every comparison runs its variants alternately, in one private Slurm cluster (tests/cluster),
 # RUNS times each (default 7), and reports medians. Raw numbers go to bench/results/*.csv, each
@@ -898,8 +902,9 @@ assemble() {
 		for s in launch plancache stepd init scaling go; do
 			[[ -f $RES/$s.md ]] && { cat "$RES/$s.md"; echo; }
 		done
-		# Hand-written sections (runs on other machines), kept across runs.
-		for s in gpu helper12; do
+		# Sections written by bench/scale.sh, and hand-written ones (runs on other machines),
+		# kept across runs.
+		for s in gpu helper12 helper13 scale scale_plugin scale_gpu scale_plugin_gpu; do
 			[[ -f $RES/$s.md ]] && { cat "$RES/$s.md"; echo; }
 		done
 	} >"$out"
@@ -908,6 +913,11 @@ assemble() {
 
 main() {
 	local sections=("$@") s
+	# bench/scale.sh writes its own sections, then has RESULTS.md assembled again.
+	if [[ ${sections[*]} == assemble ]]; then
+		assemble
+		return
+	fi
 	((${#sections[@]})) || sections=(all)
 	[[ ${sections[*]} == all ]] && sections=(launch plancache stepd init scaling go)
 	for s in "${sections[@]}"; do

@@ -58,6 +58,7 @@ func BuildTable(in PlanInput) (*Table, error) {
 		tab.Visible = o.Visible
 		tab.Near = nearOrder(t, st)
 	}
+	tab.addFabric(t, st, "")
 	switch o.Policy {
 	case PolicyOff, PolicyHelp:
 		return nil, fmt.Errorf("policy %q does not plan", o.Policy)

@@ -1,8 +1,10 @@
 // Package ncclid creates NCCL unique IDs with the application's own ncclGetUniqueId and hands
 // them to every rank of a job over a pmixkv.KV.
 //
-// Distribution is a direct modex by default: each root Puts and Commits its ID, the other ranks
-// Get it from that root with a timeout, and nobody fences. Keys carry a sequence number so no
+// Distribution is a direct modex on jobs of a few nodes: each root Puts and Commits its ID, the
+// other ranks Get it from that root with a timeout, and nobody fences. From AutoFenceNodes nodes
+// on (Mode Auto, the default), the roots' Commit is followed by a collecting fence instead, and
+// every Get is then local. Keys carry a sequence number so no
 // key is ever reused (PMIx 4.2 can serve a stale cached value for a reused key). Every rank must
 // therefore make the same calls in the same order, as with any collective.
 //
@@ -75,27 +77,51 @@ type Mode int
 const (
 	// Direct: roots Put+Commit, others Get with a timeout; no fence.
 	Direct Mode = iota
-	// Fenced: roots Put+Commit, everyone joins a collecting fence, then Gets locally. Kept to
-	// compare with Direct.
+	// Fenced: roots Put+Commit, everyone joins a collecting fence, then Gets locally.
 	Fenced
+	// Auto: Direct for a job on fewer than AutoFenceNodes nodes, Fenced from there on (every
+	// rank sees the same node count, so all choose alike). Measured in bench/scale.sh: a
+	// direct Get of a key held on another node is one request to the root's node per node,
+	// all served by the root node's slurmstepd one after another, while a collecting fence
+	// goes up and down Slurm's tree; docs/scale.md has the figures and the model.
+	Auto
 )
 
+// AutoFenceNodes is the node count from which Auto fences (see Auto and docs/scale.md).
+const AutoFenceNodes = 16
+
+// Resolve is the mode used for a job on nodes nodes: Auto becomes Direct or Fenced.
+func (m Mode) Resolve(nodes int) Mode {
+	if m != Auto {
+		return m
+	}
+	if nodes >= AutoFenceNodes {
+		return Fenced
+	}
+	return Direct
+}
+
 func (m Mode) String() string {
-	if m == Fenced {
+	switch m {
+	case Fenced:
 		return "fence"
+	case Auto:
+		return "auto"
 	}
 	return "direct"
 }
 
-// ParseMode parses "direct" (or "") and "fence".
+// ParseMode parses "auto" (or "", the default), "direct" and "fence".
 func ParseMode(s string) (Mode, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "", "direct":
+	case "", "auto":
+		return Auto, nil
+	case "direct":
 		return Direct, nil
 	case "fence":
 		return Fenced, nil
 	}
-	return Direct, fmt.Errorf("ncclid: exchange mode %q, expected \"direct\" or \"fence\"", s)
+	return Auto, fmt.Errorf("ncclid: exchange mode %q, expected \"auto\" (the default), \"direct\" or \"fence\"", s)
 }
 
 // ErrRoot marks an error reported by a root that could not create its ID.
@@ -126,9 +152,10 @@ type Exchanger struct {
 	Local func() Origin
 
 	// BarrierCollect makes Barrier fence with PMIX_COLLECT_DATA. Needed under Slurm, whose
-	// mpi/pmix completes a fence without it on each node by itself (unless PMIxFenceBarrier is
-	// set): see pmixkv.BarrierNeedsCollect. Elsewhere a plain fence is a barrier, and collecting
-	// would copy all committed data (an MPI library's modex too) to every node for nothing.
+	// mpi/pmix completes a fence without it on each node by itself (unless PMIxFenceBarrier
+	// is set); libgpuhelper sets it for jobs of more than one node. Elsewhere a plain fence
+	// is a barrier, and collecting would copy all committed data (an MPI library's modex
+	// too) to every node for nothing.
 	BarrierCollect bool
 
 	mu    sync.Mutex
@@ -423,7 +450,7 @@ func (e *Exchanger) exchange(c *coll, isRoot bool, roots []int, distinct bool) (
 		}
 		c.published, c.own, c.ownOrigin = ownErr == nil, own, ownOrigin
 	}
-	if e.Mode == Fenced && !c.fenced {
+	if e.Mode.Resolve(in.NumNodes) == Fenced && !c.fenced {
 		if err := e.fence(true, "fence after publishing NCCL IDs"); err != nil {
 			return nil, nil, err
 		}

@@ -65,11 +65,46 @@ func TestParseMode(t *testing.T) {
 	if m, err := ParseMode("fence"); err != nil || m != Fenced {
 		t.Fatal(m, err)
 	}
-	if m, err := ParseMode(""); err != nil || m != Direct {
+	if m, err := ParseMode(""); err != nil || m != Auto {
 		t.Fatal(m, err)
 	}
-	if _, err := ParseMode("bcast"); err == nil {
-		t.Fatal("bcast accepted")
+	if m, err := ParseMode(" Direct "); err != nil || m != Direct {
+		t.Fatal(m, err)
+	}
+	if m, err := ParseMode("auto"); err != nil || m != Auto {
+		t.Fatal(m, err)
+	}
+	if _, err := ParseMode("bcast"); err == nil || !strings.Contains(err.Error(), `"bcast", expected "auto" (the default), "direct" or "fence"`) {
+		t.Fatalf("bcast: %v", err)
+	}
+	for _, tc := range []struct {
+		m     Mode
+		nodes int
+		want  Mode
+	}{
+		{Auto, 1, Direct}, {Auto, AutoFenceNodes - 1, Direct}, {Auto, AutoFenceNodes, Fenced}, {Auto, 1000, Fenced},
+		{Direct, 1000, Direct}, {Fenced, 1, Fenced},
+	} {
+		if got := tc.m.Resolve(tc.nodes); got != tc.want {
+			t.Errorf("%v.Resolve(%d) = %v, want %v", tc.m, tc.nodes, got, tc.want)
+		}
+	}
+}
+
+// TestAutoFencesOnManyNodes: Auto is Direct on a job of few nodes and Fenced on one of many.
+func TestAutoFencesOnManyNodes(t *testing.T) {
+	for _, tc := range []struct {
+		nodes, fences int
+	}{{2, 0}, {AutoFenceNodes, 2 * AutoFenceNodes}} {
+		_, job, calls := runJob(t, tc.nodes*2, func(r int) int { return r / 2 }, Auto, func(e *Exchanger) (any, error) {
+			return e.World()
+		})
+		if job.Fences() != tc.fences || job.CollectingFences() != tc.fences {
+			t.Errorf("%d nodes: %d fences (%d collecting), want %d", tc.nodes, job.Fences(), job.CollectingFences(), tc.fences)
+		}
+		if len(calls.ranks) != 1 {
+			t.Errorf("%d nodes: generator called by %v, want rank 0 once", tc.nodes, calls.ranks)
+		}
 	}
 }
 

@@ -7,10 +7,42 @@ package rule
 /*
 #cgo CFLAGS: -D_GNU_SOURCE -std=gnu11 -Wall
 #include <stdio.h>
-#include <errno.h>
 #include <stdlib.h>
-#include <string.h>
 #include "table.h"
+#include "fabric.h"
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+// Device nodes a test says the task may not open ("\n"-separated), for the call of
+// go_warning on this thread; others are asked with access(2).
+static __thread const char *go_denied;
+
+static int go_can_open(const char *dev)
+{
+	size_t l = strlen(dev);
+
+	for (const char *p = go_denied; p && *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t n = nl ? (size_t) (nl - p) : strlen(p);
+
+		if (n == l && !strncmp(p, dev, l))
+			return EACCES;
+		p += n + (nl ? 1 : 0);
+	}
+	return access(dev, R_OK | W_OK) ? errno : 0;
+}
+
+static int go_warning(const struct gb_table *t, const struct gb_result *r,
+		      int lid, const char *denied, char *buf, size_t len)
+{
+	int rc;
+
+	go_denied = denied;
+	rc = gb_fabric_warning(t, r, lid, go_can_open, buf, len);
+	go_denied = NULL;
+	return rc;
+}
 
 // A CPU list ("" = unknown) into set; returns 0, 1 when unknown, -1 when bad.
 static int go_cpus(const char *list, cpu_set_t *set)
@@ -45,25 +77,13 @@ static int go_env(const struct gb_table *t, const struct gb_result *r,
 	return gb_result_env(t, r, go_env_add, &e);
 }
 
-// The device nodes a task's device cgroup denies, for go_can_open: a
-// NUL-separated list, per thread (a cgo call stays on its thread).
-static __thread const char *go_denied;
-static __thread size_t go_denied_len;
-
-static int go_can_open(const char *dev)
-{
-	for (size_t off = 0; off < go_denied_len; off += strlen(go_denied + off) + 1)
-		if (!strcmp(go_denied + off, dev))
-			return EPERM;
-	return 0;
-}
-
 // As the front end's task_init: the rule, the device limit (when denied is
-// not NULL), then visible=first|localid.
+// not NULL: those device nodes denied, the others asked with access(2)), then
+// visible=first|localid.
 static int go_apply(const struct gb_table *t, int lid, const char *btype,
 		    const char *blist, const char *own, const char *step,
-		    const char *denied, size_t denied_len,
-		    struct gb_result *r, char *err, size_t errlen)
+		    const char *denied, struct gb_result *r, char *err,
+		    size_t errlen)
 {
 	cpu_set_t o, s;
 	int ho = go_cpus(own, &o), hs = go_cpus(step, &s), rc;
@@ -79,10 +99,8 @@ static int go_apply(const struct gb_table *t, int lid, const char *btype,
 			   err, errlen);
 	if (!rc && denied) {
 		go_denied = denied;
-		go_denied_len = denied_len;
 		rc = gb_result_restrict(t, r, go_can_open, err, errlen);
 		go_denied = NULL;
-		go_denied_len = 0;
 	}
 	if (!rc)
 		gb_result_widen(t, r, lid);
@@ -163,9 +181,11 @@ type Task struct {
 	BindList string // SLURM_CPU_BIND_LIST ("" when unset)
 	Own      string // the task's affinity as a CPU list ("" when unknown)
 	Step     string // the step's CPUs (its cpuset) ("" when unknown: the whole node)
-	// Denied lists the device nodes (the gpu lines' DEV) the task's device cgroup denies,
-	// as Slurm's per-task ConstrainDevices or isolate would; nil: the device limit is not
-	// applied (the CLI has no task to ask).
+	// Denied are device nodes the task may not open (an IMEX channel outside the job's
+	// device cgroup; a GPU's DEV that Slurm's per-task ConstrainDevices or isolate
+	// denies); the others are asked with access(2). Non-nil: the rule's device limit
+	// (gb_result_restrict) runs on the GPUs as in the task; nil: it does not (the CLI has
+	// no task to ask).
 	Denied []string
 }
 
@@ -177,6 +197,9 @@ type Result struct {
 	CPUs    string   // CPU list to bind the task to (cpus flag), "" for none
 	Env     []string // NAME=VALUE, as the front end sets them
 	LogLine string   // the mapping line, without the "gpubind: " prefix of the log
+	// Warning is what the task prints on the user's terminal about its multi-node
+	// NVLink fabric or IMEX channel ("" none), without "gpubind: warning: ".
+	Warning string
 }
 
 // Apply runs the per-task rule for one task.
@@ -190,16 +213,13 @@ func (t *Table) Apply(k Task) (Result, error) {
 			C.free(unsafe.Pointer(p))
 		}
 	}()
-	var denied *C.char
-	if k.Denied != nil {
-		denied = C.CString(strings.Join(k.Denied, "\x00") + "\x00")
-		defer C.free(unsafe.Pointer(denied))
+	denied := C.CString(strings.Join(k.Denied, "\n"))
+	defer C.free(unsafe.Pointer(denied))
+	limit := denied
+	if k.Denied == nil {
+		limit = nil
 	}
-	dlen := C.size_t(0)
-	for _, d := range k.Denied {
-		dlen += C.size_t(len(d) + 1)
-	}
-	if C.go_apply(t.c, C.int(k.Local), bt, bl, own, step, denied, dlen, &r, &errb[0], C.size_t(len(errb))) != 0 {
+	if C.go_apply(t.c, C.int(k.Local), bt, bl, own, step, limit, &r, &errb[0], C.size_t(len(errb))) != 0 {
 		return Result{}, errors.New(C.GoString(&errb[0]))
 	}
 	res := Result{ByTable: r.by_table != 0}
@@ -222,5 +242,8 @@ func (t *Table) Apply(k Task) (Result, error) {
 		return Result{}, errors.New("log line too long")
 	}
 	res.LogLine = C.GoString(&buf[0])
+	if C.go_warning(t.c, &r, C.int(k.Local), denied, &buf[0], C.size_t(len(buf))) != 0 {
+		res.Warning = C.GoString(&buf[0])
+	}
 	return res, nil
 }

@@ -4,6 +4,7 @@
  * into package rule (rule.go).
  */
 #include "table.h"
+#include "fabric.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -276,6 +277,7 @@ void gb_table_free(struct gb_table *t)
 		for (int i = 0; i < t->ntasks; i++)
 			free(t->tasks[i].gpus);
 	free(t->tasks);
+	gb_fabric_free(t);
 	memset(t, 0, sizeof(*t));
 }
 
@@ -653,6 +655,17 @@ static int line_near(struct parser *ps, char **f, int nf)
 	return 0;
 }
 
+/* Multi-node NVLink lines: parsed in fabric.c. */
+static int line_fabric(struct parser *ps, char **f, int nf)
+{
+	return gb_fabric_line(ps->t, f, nf);
+}
+
+static int line_imex(struct parser *ps, char **f, int nf)
+{
+	return gb_imex_line(ps->t, f, nf);
+}
+
 /* The line types of PROTOCOL.md section 2 but "message", by first field. */
 static const struct line_type {
 	const char *name;
@@ -676,6 +689,8 @@ static const struct line_type {
 	{ "visible", 2, 2, line_visible },
 	{ "nics", 2, 2, line_nics },
 	{ "near", 3, 3, line_near },
+	{ "fabric", 7, 7, line_fabric },
+	{ "imex", 2, 2, line_imex },
 };
 
 /* One line (NUL-terminated, without its newline), by its type. */
@@ -831,6 +846,8 @@ static int validate(struct parser *ps)
 		}
 	if (!t->rails[0])
 		derive_rails(t);
+	if (gb_fabric_validate(t, ps->err, ps->errlen))
+		return -1;
 	if (index_units(t)) {
 		seterr(ps->err, ps->errlen,
 		       "out of memory while reading the plan");
@@ -1510,7 +1527,7 @@ int gb_result_env(const struct gb_table *t, const struct gb_result *r,
 		if ((rc = set(ctx, env_vars[v].name, val, env_vars[v].overwrite)))
 			return rc;
 	}
-	return 0;
+	return gb_fabric_env(t, r, set, ctx);
 }
 
 int gb_result_logline(const struct gb_table *t, const struct gb_result *r,
@@ -1550,6 +1567,7 @@ int gb_result_logline(const struct gb_table *t, const struct gb_result *r,
 		       g->numa);
 		if ((t->flags & GB_FLAG_NIC) && g->nic[0])
 			sb_add(&b, " nic %s", g->nic);
+		sb_add(&b, "%s", gb_fabric_desc(t, r->gpus[i]));
 	}
 	return b.bad ? -1 : 0;
 }

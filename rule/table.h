@@ -64,6 +64,8 @@ struct gb_gpu {
 	int nnear;
 };
 
+struct gb_fabric;
+
 struct gb_numa {
 	int node;
 	cpu_set_t cpus;
@@ -113,6 +115,8 @@ struct gb_table {
 	int *unit_used;       /* per unit: tasks that took it so far */
 	cpu_set_t *bind_mask; /* per task: gb_binds_parse's entries */
 	unsigned char *bind_valid;
+	/* "fabric" and "imex" lines (fabric.h); NULL when there are none. */
+	struct gb_fabric *fabric;
 };
 
 /*

@@ -149,7 +149,7 @@ func (n *node) check(t *testing.T, extra ...string) (int, map[string]checkItem) 
 	return rc, items
 }
 
-var checkNames = []string{"slurmd", "plugstack", "plugin", "engine", "gres", "nvml", "cache_dir", "cgroup", "slurm.conf"}
+var checkNames = []string{"slurmd", "plugstack", "plugin", "engine", "gres", "nvml", "fabric", "imex", "cache_dir", "cgroup", "slurm.conf"}
 
 // expect checks that item want has status, with a reason matching re, and that every
 // other item is ok: one fault, reported by its own name.

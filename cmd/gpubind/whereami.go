@@ -210,7 +210,7 @@ func whereami(root, dev string, lookup func(string) (string, bool), self bool) (
 func checkCPUs(rep *whereReport, topo *gpubind.Topology, cpus gpubind.CPUSet, byBus map[string]int, vis []cudavis.GPU, warn func(string, ...any)) {
 	var nodes []string
 	for _, n := range topo.NUMA {
-		if cpus.IntersectCount(n.CPUs) > 0 {
+		if !cpus.Intersect(n.CPUs).IsEmpty() {
 			nodes = append(nodes, strconv.Itoa(n.ID))
 		}
 	}

@@ -34,6 +34,16 @@ type Choice struct {
 	MIGFirst bool
 }
 
+// Input is what Choose looks at.
+type Input struct {
+	LookupEnv func(string) (string, bool) // environment lookup (nil: os.LookupEnv)
+	Root      string                      // prefix for /sys and /proc ("" = "/"); test fixtures use a tree
+	LocalRank int
+	// Scan lists the GPUs under a root (nil: Scan); libgpuhelper passes one that a helper
+	// thread may have run already.
+	Scan func(root string) ([]GPU, error)
+}
+
 // GPU is one NVIDIA GPU the process can use (cudavis.GPU).
 type GPU = cudavis.GPU
 
@@ -49,13 +59,6 @@ var access = cudavis.Access
 // Scan lists the GPUs the process can use, in PCI order (cudavis.Scan).
 func Scan(root string) ([]GPU, error) { return cudavis.Scan(root, access) }
 
-// Input is what Choose looks at.
-type Input struct {
-	LookupEnv func(string) (string, bool) // environment lookup (nil: os.LookupEnv)
-	Root      string                      // prefix for /sys and /proc ("" = "/"); test fixtures use a tree
-	LocalRank int
-}
-
 // Choose picks the GPU for a process.
 func Choose(in Input) (Choice, error) {
 	lookup := in.LookupEnv
@@ -69,7 +72,11 @@ func Choose(in Input) (Choice, error) {
 	if getenv("GPUBIND_GPUS") != "" || getenv("GPUBIND_PCI_BUS_IDS") != "" {
 		return fromPlugin(getenv)
 	}
-	gpus, err := Scan(in.Root)
+	scan := in.Scan
+	if scan == nil {
+		scan = Scan
+	}
+	gpus, err := scan(in.Root)
 	if err != nil {
 		return Choice{}, err
 	}

@@ -247,6 +247,9 @@ func plan(request string) (*gpubind.Table, error) {
 		return nil, err
 	}
 	tab.Depends = nc.Read
+	if tab.IMEXDir != "" && req.Root != "" {
+		tab.IMEXDir = gpubind.IMEXDir(req.Root) // a fixture tree's channels
+	}
 	tab.Messages = append(notes, tab.Messages...)
 	return tab, nil
 }

@@ -21,6 +21,7 @@
 #include "cgroup_stepd.h"
 #include "plancache.h"
 #include "table.h"
+#include "fabric.h"
 
 #define GB_ENV_MAX (1024 * 1024)
 
@@ -666,6 +667,22 @@ static void task_log(const struct task *tk)
 			   tk->lid, (gb_now_us() - step.start_us) / 1000.0);
 }
 
+/* Multi-node NVLink: a fabric not ready, or no IMEX channel, on the user's
+ * terminal (fabric.c decides; nothing for GPUs outside an NVLink domain). */
+static void task_warn_fabric(const struct task *tk)
+{
+	char w[1024], out[1100];
+	int n;
+
+	if (!gb_fabric_warning(&step.plan, &tk->res, tk->lid, NULL, w,
+			       sizeof(w)))
+		return;
+	gb_info("warning: %s", w);
+	n = snprintf(out, sizeof(out), "%swarning: %s\n", GB_PREFIX, w);
+	if (n > 0 && (size_t) n < sizeof(out))
+		(void) !write(STDERR_FILENO, out, n);
+}
+
 int gb_stepd_task_init(spank_t sp)
 {
 	struct task tk = { .lid = -1 };
@@ -682,6 +699,7 @@ int gb_stepd_task_init(spank_t sp)
 	if (task_rule(&tk) < 0 || task_set_env(sp, &tk) < 0 ||
 	    task_set_affinity(&tk) < 0)
 		goto fail;
+	task_warn_fabric(&tk);
 	task_log(&tk);
 	goto out;
 fail:
