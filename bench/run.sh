@@ -90,12 +90,13 @@ HAVE_HELPER=0
 # Other people may rebuild build/ while this runs: measure private copies.
 prepare() {
 	mkdir -p "$WORK/plugin" "$WORK/bin" "$WORK/cache" "$RES"
-	if [[ -f $BUILD/spank_gpubind.so && -f $BUILD/gpubind_engine.so ]]; then
-		cp "$BUILD/spank_gpubind.so" "$BUILD/gpubind_engine.so" "$WORK/plugin/"
+	if [[ -f $BUILD/spank_gpubind.so && -f $BUILD/gpubind_engine.so && -f $BUILD/gpubind-launcher ]]; then
+		cp "$BUILD/spank_gpubind.so" "$BUILD/gpubind_engine.so" "$BUILD/gpubind-launcher" "$WORK/plugin/"
+		chmod 755 "$WORK/plugin"
 		cc -Wall -Wextra -Werror -O2 -g -o "$WORK/bin/engine_check" bench/c/engine_check.c
 		HAVE_PLUGIN=1
 	else
-		log "plugin not built (build/spank_gpubind.so, build/gpubind_engine.so): plugin sections pending"
+		log "plugin not built (build/spank_gpubind.so, build/gpubind_engine.so, build/gpubind-launcher): plugin sections pending"
 	fi
 	local W=(-Wall -Wextra -Werror -O2 -g -I"$ROOT/bench/c")
 	local B=$WORK/bin
@@ -126,7 +127,7 @@ start_cluster() {
 	# A private build of the harness's command (others may rebuild build/testcluster meanwhile).
 	[[ -x $WORK/testcluster ]] || go build -trimpath -o "$WORK/testcluster" ./tests/cluster/cmd/testcluster
 	: >"$PLUG_NONE"
-	echo "required $WORK/plugin/spank_gpubind.so root=$FIXTURE cache_dir=$WORK/cache" >"$PLUG_ON"
+	echo "required $WORK/plugin/spank_gpubind.so launcher=$WORK/plugin/gpubind-launcher root=$FIXTURE cache_dir=$WORK/cache" >"$PLUG_ON"
 	log "starting a 2-node private cluster ($CPUS_PER_NODE CPUs and 8 fake GPUs per node, SlurmdDebug=verbose)"
 	CLUSTER=$("$WORK/testcluster" start -nodes 2 -cpus "$CPUS_PER_NODE" -conf SlurmdDebug=verbose)
 	eval "$("$WORK/testcluster" env "$CLUSTER")"
@@ -281,7 +282,7 @@ section_plancache() {
 	eval "$("$WORK/testcluster" env "$CLUSTER")"
 	export SLURM_CONF GPUBIND_TEST_CLUSTER
 	local slog=$CLUSTER/log/slurmd-node1.log
-	local line="required $WORK/plugin/spank_gpubind.so root=$FIXTURE source=sysfs cache_dir=$cache"
+	local line="required $WORK/plugin/spank_gpubind.so launcher=$WORK/plugin/gpubind-launcher root=$FIXTURE source=sysfs cache_dir=$cache"
 	echo "kind,ntasks,run,ms,plan_ms,hit" >"$csv"
 	log "plancache: $LAUNCH_RUNS runs x N=1,4,16 x {none, nocache, first, repeat}"
 	local run n i v off ms new plan hit t0 args order
@@ -883,6 +884,16 @@ summary() {
 		hi=$(col "$c" "\$1==\"fence\" && \$3==64 && \$4==1" 6 | median)
 		echo "| ID distribution, 64 processes, 1 root: direct / fence | (no goal) | $lo / $hi ms | |"
 	fi
+	c=$RES/scale.csv
+	if [[ -f $c ]]; then
+		local sn rs=() best
+		for sn in $(awk -F, 'NR>1{print $2}' "$c" | sort -un); do
+			best() { for p in "$@"; do col "$c" "\$1==\"$p\" && \$2==$sn && (\$5==\"1\" || \$5==\"raw\")" 7 | median; done | grep -v nan | sort -g | head -1; }
+			rs+=("$(ratio "$(best gh_direct gh_fence gh_tree)" "$(best raw_direct raw_fence raw_tree)")")
+		done
+		echo "| scale: world ID, best helper mode / best raw PMIx pattern ($(awk -F, 'NR>1{print $2}' "$c" | sort -un | paste -sd, -) nodes, section 8) | <= 1.2 | ${rs[*]} | $(for x in "${rs[@]}"; do verdict "$x" 1.2; done | sort | uniq -c | awk '{printf "%s%s x%d", (NR>1?", ":""), $2, $1}') |"
+		echo "| scale: failed or timed-out steps (section 8) | 0 | $(awk -F, '$5=="failed"{n++} END{print n+0}' "$RES/scale_stepd.csv" 2>/dev/null) | |"
+	fi
 	echo
 	echo "Each section below gives the commands, the medians, the raw CSV and what dominates the figure."
 	echo
@@ -904,7 +915,7 @@ assemble() {
 		done
 		# Sections written by bench/scale.sh, and hand-written ones (runs on other machines),
 		# kept across runs.
-		for s in gpu helper12 helper13 scale scale_plugin scale_gpu scale_plugin_gpu; do
+		for s in gpu helper12 helper13 scale scale_vm128 scale_plugin scale_gpu scale_plugin_gpu; do
 			[[ -f $RES/$s.md ]] && { cat "$RES/$s.md"; echo; }
 		done
 	} >"$out"

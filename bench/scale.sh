@@ -114,6 +114,9 @@ prepare() {
 		WITH_MPI=0
 		if [[ -f $BUILD/spank_gpubind.so && -f $BUILD/gpubind_engine.so ]]; then
 			cp "$BUILD/spank_gpubind.so" "$BUILD/gpubind_engine.so" "$WORK/plugin/"
+			# The launcher slurmstepd runs: root's, writable only by root (the plugin checks).
+			[[ -f $BUILD/gpubind-launcher ]] && install -o root -g root -m 0755 "$BUILD/gpubind-launcher" "$WORK/plugin/"
+			chmod 755 "$WORK/plugin"
 		fi
 		return
 	fi
@@ -134,6 +137,9 @@ prepare() {
 	fi
 	if [[ -f $BUILD/spank_gpubind.so && -f $BUILD/gpubind_engine.so ]]; then
 		cp "$BUILD/spank_gpubind.so" "$BUILD/gpubind_engine.so" "$WORK/plugin/"
+		# The launcher slurmstepd runs: root's, writable only by root (the plugin checks).
+		[[ -f $BUILD/gpubind-launcher ]] && install -o root -g root -m 0755 "$BUILD/gpubind-launcher" "$WORK/plugin/"
+		chmod 755 "$WORK/plugin"
 	fi
 	go build -trimpath -o "$WORK/testcluster" ./tests/cluster/cmd/testcluster
 }
@@ -141,7 +147,7 @@ prepare() {
 start_cluster() {
 	log "starting a private cluster of $MAXN simulated nodes ($RPN declared CPUs each; Slurm $(slurm_version))"
 	: >"$WORK/plugstack.none"
-	echo "required $WORK/plugin/spank_gpubind.so root=$FIXTURE cache_dir=$WORK/cache" >"$WORK/plugstack.plugin"
+	echo "required $WORK/plugin/spank_gpubind.so launcher=$WORK/plugin/gpubind-launcher root=$FIXTURE cache_dir=$WORK/cache" >"$WORK/plugstack.plugin"
 	local t0=$EPOCHREALTIME
 	local auth=()
 	[[ ${SCALE_AUTH_SLURM:-0} == 1 ]] && auth=(-auth-slurm)

@@ -33,9 +33,10 @@
  *
  * Environment:
  *   GPUHELPER_TIMEOUT        seconds to wait for another rank's data (default 300)
- *   GPUHELPER_EXCHANGE       "auto" (default: "direct" on jobs of fewer than 16 nodes, "fence"
- *                            from 16 on), "direct" (root Put+Commit, others Get, no fence) or
- *                            "fence" (root Put+Commit, collecting fence, local Gets)
+ *   GPUHELPER_EXCHANGE       "auto" (default: per exchange, "fence" for several roots or from
+ *                            64 nodes on, "direct" otherwise and for node groups), "direct"
+ *                            (root Put+Commit, others Get, no fence) or "fence" (root
+ *                            Put+Commit, collecting fence, local Gets)
  *   GPUHELPER_NCCL_LIBRARY   library to dlopen when the process has no ncclGetUniqueId
  *                            (default libnccl.so.2)
  *   GPUHELPER_SCALABLE_IDS   default count for gpuhelper_scalable_count (default ceil(size/128))

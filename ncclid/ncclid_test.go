@@ -78,32 +78,45 @@ func TestParseMode(t *testing.T) {
 		t.Fatalf("bcast: %v", err)
 	}
 	for _, tc := range []struct {
-		m     Mode
-		nodes int
-		want  Mode
+		m            Mode
+		nodes, roots int
+		local        bool
+		want         bool
 	}{
-		{Auto, 1, Direct}, {Auto, AutoFenceNodes - 1, Direct}, {Auto, AutoFenceNodes, Fenced}, {Auto, 1000, Fenced},
-		{Direct, 1000, Direct}, {Fenced, 1, Fenced},
+		{Auto, 1, 8, false, false},                  // one node: every Get is local
+		{Auto, 2, 1, false, false},                  // world ID on few nodes: direct
+		{Auto, AutoFenceNodes - 1, 1, false, false}, // ... up to the threshold
+		{Auto, AutoFenceNodes, 1, false, true},      // from it on: fence
+		{Auto, 2, 2, false, true},                   // several roots: one fence, not K Gets in a row
+		{Auto, 1000, 1, true, false},                // node groups: the root is on the node
+		{Direct, 1000, 8, false, false}, {Fenced, 1, 1, true, true},
 	} {
-		if got := tc.m.Resolve(tc.nodes); got != tc.want {
-			t.Errorf("%v.Resolve(%d) = %v, want %v", tc.m, tc.nodes, got, tc.want)
+		if got := tc.m.Fences(tc.nodes, tc.roots, tc.local); got != tc.want {
+			t.Errorf("%v.Fences(nodes %d, roots %d, local %v) = %v, want %v", tc.m, tc.nodes, tc.roots, tc.local, got, tc.want)
 		}
 	}
 }
 
-// TestAutoFencesOnManyNodes: Auto is Direct on a job of few nodes and Fenced on one of many.
+// TestAutoFencesOnManyNodes: under Auto, the world ID fences only from AutoFenceNodes nodes on,
+// scalable IDs with several roots always across nodes, node groups never.
 func TestAutoFencesOnManyNodes(t *testing.T) {
 	for _, tc := range []struct {
-		nodes, fences int
-	}{{2, 0}, {AutoFenceNodes, 2 * AutoFenceNodes}} {
-		_, job, calls := runJob(t, tc.nodes*2, func(r int) int { return r / 2 }, Auto, func(e *Exchanger) (any, error) {
-			return e.World()
-		})
+		name   string
+		nodes  int
+		fn     func(e *Exchanger) (any, error)
+		fences int // Fence calls, all ranks together (2 ranks per node)
+	}{
+		{"world, 2 nodes", 2, func(e *Exchanger) (any, error) { return e.World() }, 0},
+		{"world, many nodes", AutoFenceNodes, func(e *Exchanger) (any, error) { return e.World() }, 2 * AutoFenceNodes},
+		{"2 scalable IDs, 2 nodes", 2, func(e *Exchanger) (any, error) { return e.Scalable(2) }, 4},
+		{"node groups, many nodes", AutoFenceNodes, func(e *Exchanger) (any, error) { return e.Group(NodeColor) }, 0},
+	} {
+		out, job, _ := runJob(t, tc.nodes*2, func(r int) int { return r / 2 }, Auto, tc.fn)
 		if job.Fences() != tc.fences || job.CollectingFences() != tc.fences {
-			t.Errorf("%d nodes: %d fences (%d collecting), want %d", tc.nodes, job.Fences(), job.CollectingFences(), tc.fences)
+			t.Errorf("%s: %d fences (%d collecting), want %d", tc.name, job.Fences(), job.CollectingFences(), tc.fences)
 		}
-		if len(calls.ranks) != 1 {
-			t.Errorf("%d nodes: generator called by %v, want rank 0 once", tc.nodes, calls.ranks)
+		if len(out) != tc.nodes*2 {
+			t.Errorf("%s: %d results", tc.name, len(out))
 		}
 	}
 }

@@ -154,6 +154,7 @@ func (c *checker) run() []checkItem {
 	c.driverTopology()
 	c.checkPlugin()
 	c.checkEngine()
+	c.checkLauncher()
 	c.checkGres()
 	c.checkNVML()
 	c.checkFabric() // check_fabric.go: multi-node NVLink and IMEX

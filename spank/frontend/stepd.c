@@ -368,10 +368,10 @@ static void apply_admin_flags(struct gb_table *t)
 }
 
 /*
- * The table of this step from the engine child, in step.plan. Returns 0, or
+ * The table of this step from the launcher, in step.plan. Returns 0, or
  * plan_failed's value with why it failed.
  */
-static int plan_from_engine(const char *engine, const char *request,
+static int plan_from_engine(const char *launcher, const char *request,
 			    const char *option, struct gb_plancache *pc)
 {
 	char err[1024], why[2200], ex[128];
@@ -379,8 +379,8 @@ static int plan_from_engine(const char *engine, const char *request,
 	uint32_t ntasks = step.local_task_count;
 	int rc;
 
-	rc = gb_run_engine(engine, request, gb_conf.timeout_ms, &res, err,
-			   sizeof(err));
+	rc = gb_run_launcher(launcher, request, gb_conf.timeout_ms, &res, err,
+			     sizeof(err));
 	describe_exit(&res, ex, sizeof(ex));
 	if (rc) {
 		free(res.out);
@@ -430,25 +430,27 @@ static int plan_from_engine(const char *engine, const char *request,
  */
 static int plan_step(spank_t sp, const char *option)
 {
-	char engine[1024], flags[64];
+	char launcher[1024], flags[64], err[2400];
 	struct req r = { 0 };
 	struct gb_plancache pc;
 	int rc;
 
-	if (gb_conf.engine[0])
-		(void) snprintf(engine, sizeof(engine), "%s", gb_conf.engine);
-	else if (gb_engine_path(engine, sizeof(engine)))
-		return plan_failed("cannot locate " GB_ENGINE_NAME);
+	/* What runs as root, or is read as root, must be root's (trust.c). */
+	if (gb_launcher_path(launcher, sizeof(launcher)) ||
+	    gb_trust_file("launcher", launcher, err, sizeof(err)) ||
+	    (gb_conf.snapshot[0] &&
+	     gb_trust_file("snapshot", gb_conf.snapshot, err, sizeof(err))))
+		return plan_failed(err);
 
 	if (build_request(sp, option, &r)) {
 		free(r.p);
 		return plan_failed("cannot build the plan request");
 	}
-	/* A step shape planned before: its table, no engine child. */
-	gb_plancache_begin(&pc, engine, r.p);
+	/* A step shape planned before: its table, no launcher. */
+	gb_plancache_begin(&pc, launcher, r.p);
 	rc = 0;
 	if (!gb_plancache_get(&pc, step.local_task_count, &step.plan))
-		rc = plan_from_engine(engine, r.p, option, &pc);
+		rc = plan_from_engine(launcher, r.p, option, &pc);
 	free(r.p);
 	if (rc || step.problem[0]) {
 		gb_plancache_end(&pc);

@@ -40,6 +40,8 @@ cp -a /usr/include/pmix*.h "$out/include/" 2>/dev/null || cp -a "$pmix"/include/
 make -s -C spank/frontend BUILD="$out/build" SLURM_PREFIX="$prefix"
 go build -trimpath -ldflags "-s -w" -buildmode=c-shared -o "$out/build/gpubind_engine.so" ./spank/engine
 rm -f "$out/build/gpubind_engine.h"
+# The program slurmstepd starts to plan (slurm.sh installs a root-owned copy and names it).
+go build -trimpath -ldflags "-s -w" -tags gpubind_launcher -o "$out/build/gpubind-launcher" ./spank/engine
 # The CLI and the helper from `make build` (build/), so that only .gpu/ needs to travel.
 cp build/gpubind build/libgpuhelper.so.1 "$out/build/"
 if [[ -n ${GPUBIND_OLD_REV:-} ]]; then

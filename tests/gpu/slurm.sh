@@ -36,6 +36,7 @@ fi
 bundle=$root/.gpu
 B=$(readlink -f "$B")
 need "$bundle/slurm.tar.gz" "$bundle/prefix" "$bundle/build/spank_gpubind.so" "$bundle/build/gpubind_engine.so" \
+	"$bundle/build/gpubind-launcher" \
 	"$B/gpubind" "$B/libgpuhelper.so.1"
 pass() { echo "PASS: $*"; }
 fail() { echo "FAIL: $*"; failed=1; }
@@ -123,7 +124,11 @@ ConstrainDevices=yes
 ConstrainCores=yes
 EOF
 echo "AutoDetect=nvidia" >"$cfg/gres.conf"
-plug="required $bundle/build/spank_gpubind.so cache_dir=$work/cache"
+# The launcher must be root's and writable only by root, in such a directory (the plugin
+# refuses anything else): a copy under $work, whoever owns the bundle.
+install -D -o root -g root -m 0755 "$bundle/build/gpubind-launcher" "$work/libexec/gpubind-launcher"
+chmod 0755 "$work/libexec"
+plug="required $bundle/build/spank_gpubind.so cache_dir=$work/cache launcher=$work/libexec/gpubind-launcher"
 echo "$plug" >"$cfg/plugstack.conf"
 export SLURM_CONF=$cfg/slurm.conf
 cp "$cfg/slurm.conf" "$cfg/cgroup.conf" "$cfg/gres.conf" "$out/" 2>/dev/null
@@ -445,15 +450,19 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+
 steptime() { local t0 t1; t0=$(date +%s%N); srun "$@" true >/dev/null 2>&1; t1=$(date +%s%N); echo $(((t1 - t0) / 1000)); }
 lastplan() { grep -h 'step plan took' "$work/log/slurmd.log" | tail -1 | sed 's/.*took \([0-9.]*\) ms.*/\1/'; }
 # Variants, alternated in every round: no plugin; the plugin with plan_cache=0 (the engine
-# child every step, as before the plan cache); the first step of a shape (plans/ emptied);
-# a repeated step (a plan cache hit).
+# every step, as before the plan cache); the first step of a shape (plans/ emptied);
+# a repeated step (a plan cache hit). With .gpu/old (GPUBIND_OLD_REV) also oldnocache: that
+# plugin with plan_cache=0, for the launcher against the forked engine child side by side.
+variants="none nocache first repeat"
+[[ -f $bundle/old/spank_gpubind.so ]] && variants+=" oldnocache"
 for n in 1 8 16; do
-	for v in none nocache first repeat; do : >"$work/t.$v.$n"; : >"$work/p.$v.$n"; done
+	for v in $variants; do : >"$work/t.$v.$n"; : >"$work/p.$v.$n"; done
 	for i in $(seq 0 9); do
-		for v in none nocache first repeat; do
+		for v in $variants; do
 			case $v in
 			none) : >"$cfg/plugstack.conf" ;;
 			nocache) echo "$plug plan_cache=0" >"$cfg/plugstack.conf" ;;
+			oldnocache) echo "required $bundle/old/spank_gpubind.so cache_dir=$work/cache plan_cache=0" >"$cfg/plugstack.conf" ;;
 			first) echo "$plug" >"$cfg/plugstack.conf" && rm -rf "$work/cache/plans" ;;
 			repeat) echo "$plug" >"$cfg/plugstack.conf" ;;
 			esac
@@ -466,7 +475,7 @@ for n in 1 8 16; do
 		done
 	done
 	mo=$(median <"$work/t.none.$n")
-	for v in nocache first repeat; do
+	for v in ${variants#none }; do
 		mw=$(median <"$work/t.$v.$n")
 		echo "LAUNCH n=$n $v ${mw} us, none ${mo} us, ratio $(awk -v a="$mw" -v b="$mo" 'BEGIN{printf "%.3f", a/b}'), step plan took median $(median <"$work/p.$v.$n") ms"
 	done
