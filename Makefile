@@ -9,6 +9,10 @@ PREFIX       ?= /usr/local
 LIBDIR       ?= $(PREFIX)/lib
 INCLUDEDIR   ?= $(PREFIX)/include
 BINDIR       ?= $(PREFIX)/bin
+# The launcher the plugin runs the engine from: $(LIBEXECDIR)/gpubind/gpubind-launcher, a path
+# built into the plugin (the plugstack argument launcher=PATH overrides it).
+LIBEXECDIR   ?= $(PREFIX)/libexec
+LAUNCHER     := $(LIBEXECDIR)/gpubind/gpubind-launcher
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 DESTDIR      ?=
 VERSION      ?= 0.2.0
@@ -45,7 +49,7 @@ DEB_PACKAGES := slurmctld slurmd slurm-client libslurm-dev munge libpmix-dev ope
                 libopenmpi-dev pkg-config gcc g++ make procps util-linux psmisc iproute2 \
                 libc6-dev hostname
 
-.PHONY: all deps build test slurm-matrix check-slurm-version test-unit test-integration demo bench install uninstall clean \
+.PHONY: all deps build test slurm-matrix check-slurm-version test-unit test-integration demo bench bench-scale install uninstall clean \
         engine plugin helper cli fmt vet
 
 all: build
@@ -65,17 +69,23 @@ build: cli engine plugin helper
 
 cli:
 	@mkdir -p $(BUILD)
-	$(GO) build -trimpath -ldflags "$(GO_LDFLAGS) -X main.builtPluginDir=$(SLURM_PLUGINDIR)" -o $(BUILD)/gpubind ./cmd/gpubind
+	$(GO) build -trimpath -ldflags "$(GO_LDFLAGS) -X main.builtPluginDir=$(SLURM_PLUGINDIR) -X main.builtLauncher=$(LAUNCHER)" -o $(BUILD)/gpubind ./cmd/gpubind
 	$(GO) build -trimpath -o $(BUILD)/nvmlcost ./tests/gpu/nvmlcost
 
-# ---- engine + plugin (SPANK) ----------------------------------------------------------------
+# ---- engine + launcher + plugin (SPANK) -----------------------------------------------------
+# One Go package, two products: the c-shared engine library (srun, sbatch and salloc load it
+# to check the option and print help) and, with the tag gpubind_launcher, the program
+# gpubind-launcher that slurmstepd starts to plan a step (docs/architecture.md).
 engine:
 	@mkdir -p $(BUILD)
 	@if [ -d spank/engine ]; then $(GO) build -trimpath -ldflags "$(GO_LDFLAGS)" -buildmode=c-shared \
-	    -o $(BUILD)/gpubind_engine.so ./spank/engine && rm -f $(BUILD)/gpubind_engine.h; fi
+	    -o $(BUILD)/gpubind_engine.so ./spank/engine && rm -f $(BUILD)/gpubind_engine.h && \
+	    $(GO) build -trimpath -ldflags "$(GO_LDFLAGS)" -tags gpubind_launcher \
+	    -o $(BUILD)/gpubind-launcher ./spank/engine; fi
 
 plugin: engine
-	@if [ -d spank/frontend ]; then $(MAKE) -s -C spank/frontend BUILD=$(abspath $(BUILD)) SLURM_PREFIX=$(SLURM_PREFIX); fi
+	@if [ -d spank/frontend ]; then $(MAKE) -s -C spank/frontend BUILD=$(abspath $(BUILD)) SLURM_PREFIX=$(SLURM_PREFIX) \
+	    GB_LAUNCHER=$(LAUNCHER); fi
 
 # ---- helper library (libgpuhelper) ----------------------------------------------------------
 helper:
@@ -109,6 +119,11 @@ demo: deps build
 bench: deps build
 	./bench/run.sh
 
+# The NCCL ID exchange and the plugin on many simulated nodes (bench/scale.sh; docs/scale.md).
+# SCALE_NODES="16 32 64 128" SCALE_RPN=8 for 1,024 ranks on a machine with the cores for it.
+bench-scale: deps build
+	./bench/scale.sh ids plugin
+
 # ---- install --------------------------------------------------------------------------------
 # Refuses, naming both versions, a slurmd that would not load the plugin just built. A staged
 # install (DESTDIR, as package builds do) is checked by the package's exact Slurm dependency.
@@ -126,6 +141,8 @@ install: build check-slurm-version
 	install -d $(DESTDIR)$(SLURM_PLUGINDIR)
 	install -m 0755 $(BUILD)/spank_gpubind.so $(DESTDIR)$(SLURM_PLUGINDIR)/spank_gpubind.so
 	install -m 0755 $(BUILD)/gpubind_engine.so $(DESTDIR)$(SLURM_PLUGINDIR)/gpubind_engine.so
+	install -d -m 0755 $(DESTDIR)$(LIBEXECDIR)/gpubind
+	install -m 0755 $(BUILD)/gpubind-launcher $(DESTDIR)$(LAUNCHER)
 	install -m 0755 $(BUILD)/libgpuhelper.so.1 $(DESTDIR)$(LIBDIR)/libgpuhelper.so.1
 	ln -sf libgpuhelper.so.1 $(DESTDIR)$(LIBDIR)/libgpuhelper.so
 	install -m 0644 lib/gpuhelper.h $(DESTDIR)$(INCLUDEDIR)/gpuhelper.h

@@ -2,6 +2,7 @@
 # gpubind benchmarks. `make bench` runs them all; one section alone:
 #
 #   bench/run.sh [all | launch | plancache | stepd | init | scaling | go]...
+#   bench/run.sh assemble      (only) writes bench/RESULTS.md again from bench/results/*.md
 #
 #   launch   srun -N1 -n N with the plugin loaded and --gpu-bind-topo used, against no plugin
 #   plancache  the same in a task/affinity cluster with 16 declared CPUs (2 real): no plugin,
@@ -10,6 +11,9 @@
 #   init     gpuhelper_init against raw PMIx calls and against MPI_Init+split+Bcast
 #   scaling  NCCL ID distribution at 8..64 processes: direct modex against fence, 1..8 roots
 #   go       the Go benchmarks of ./gpubind/... and ./spank/engine, summarised with benchstat
+#
+# bench/scale.sh (`make bench-scale`) measures the ID exchange and the plugin on many simulated
+# nodes; its sections (8, 9) are kept here across runs.
 #
 # Every comparison runs its variants alternately, in one private Slurm cluster (tests/cluster),
 # RUNS times each (default 7), and reports medians. Raw numbers go to bench/results/*.csv, each
@@ -86,12 +90,13 @@ HAVE_HELPER=0
 # Other people may rebuild build/ while this runs: measure private copies.
 prepare() {
 	mkdir -p "$WORK/plugin" "$WORK/bin" "$WORK/cache" "$RES"
-	if [[ -f $BUILD/spank_gpubind.so && -f $BUILD/gpubind_engine.so ]]; then
-		cp "$BUILD/spank_gpubind.so" "$BUILD/gpubind_engine.so" "$WORK/plugin/"
+	if [[ -f $BUILD/spank_gpubind.so && -f $BUILD/gpubind_engine.so && -f $BUILD/gpubind-launcher ]]; then
+		cp "$BUILD/spank_gpubind.so" "$BUILD/gpubind_engine.so" "$BUILD/gpubind-launcher" "$WORK/plugin/"
+		chmod 755 "$WORK/plugin"
 		cc -Wall -Wextra -Werror -O2 -g -o "$WORK/bin/engine_check" bench/c/engine_check.c
 		HAVE_PLUGIN=1
 	else
-		log "plugin not built (build/spank_gpubind.so, build/gpubind_engine.so): plugin sections pending"
+		log "plugin not built (build/spank_gpubind.so, build/gpubind_engine.so, build/gpubind-launcher): plugin sections pending"
 	fi
 	local W=(-Wall -Wextra -Werror -O2 -g -I"$ROOT/bench/c")
 	local B=$WORK/bin
@@ -122,7 +127,7 @@ start_cluster() {
 	# A private build of the harness's command (others may rebuild build/testcluster meanwhile).
 	[[ -x $WORK/testcluster ]] || go build -trimpath -o "$WORK/testcluster" ./tests/cluster/cmd/testcluster
 	: >"$PLUG_NONE"
-	echo "required $WORK/plugin/spank_gpubind.so root=$FIXTURE cache_dir=$WORK/cache" >"$PLUG_ON"
+	echo "required $WORK/plugin/spank_gpubind.so launcher=$WORK/plugin/gpubind-launcher root=$FIXTURE cache_dir=$WORK/cache" >"$PLUG_ON"
 	log "starting a 2-node private cluster ($CPUS_PER_NODE CPUs and 8 fake GPUs per node, SlurmdDebug=verbose)"
 	CLUSTER=$("$WORK/testcluster" start -nodes 2 -cpus "$CPUS_PER_NODE" -conf SlurmdDebug=verbose)
 	eval "$("$WORK/testcluster" env "$CLUSTER")"
@@ -277,7 +282,7 @@ section_plancache() {
 	eval "$("$WORK/testcluster" env "$CLUSTER")"
 	export SLURM_CONF GPUBIND_TEST_CLUSTER
 	local slog=$CLUSTER/log/slurmd-node1.log
-	local line="required $WORK/plugin/spank_gpubind.so root=$FIXTURE source=sysfs cache_dir=$cache"
+	local line="required $WORK/plugin/spank_gpubind.so launcher=$WORK/plugin/gpubind-launcher root=$FIXTURE source=sysfs cache_dir=$cache"
 	echo "kind,ntasks,run,ms,plan_ms,hit" >"$csv"
 	log "plancache: $LAUNCH_RUNS runs x N=1,4,16 x {none, nocache, first, repeat}"
 	local run n i v off ms new plan hit t0 args order
@@ -898,8 +903,9 @@ assemble() {
 		for s in launch plancache stepd init scaling go; do
 			[[ -f $RES/$s.md ]] && { cat "$RES/$s.md"; echo; }
 		done
-		# Hand-written sections (runs on other machines), kept across runs.
-		for s in gpu helper12; do
+		# Sections written by bench/scale.sh, and hand-written ones (runs on other machines),
+		# kept across runs.
+		for s in gpu helper12 helper13 scale scale_plugin scale_gpu scale_plugin_gpu; do
 			[[ -f $RES/$s.md ]] && { cat "$RES/$s.md"; echo; }
 		done
 	} >"$out"
@@ -908,6 +914,11 @@ assemble() {
 
 main() {
 	local sections=("$@") s
+	# bench/scale.sh writes its own sections, then has RESULTS.md assembled again.
+	if [[ ${sections[*]} == assemble ]]; then
+		assemble
+		return
+	fi
 	((${#sections[@]})) || sections=(all)
 	[[ ${sections[*]} == all ]] && sections=(launch plancache stepd init scaling go)
 	for s in "${sections[@]}"; do

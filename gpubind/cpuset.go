@@ -80,15 +80,6 @@ func (s CPUSet) Intersect(o CPUSet) CPUSet {
 	return r
 }
 
-// IntersectCount is |s ∩ o|, without allocating.
-func (s CPUSet) IntersectCount(o CPUSet) int {
-	n := 0
-	for i := 0; i < len(s.w) && i < len(o.w); i++ {
-		n += bits.OnesCount64(s.w[i] & o.w[i])
-	}
-	return n
-}
-
 // Union returns s ∪ o.
 func (s CPUSet) Union(o CPUSet) CPUSet {
 	n := max(len(s.w), len(o.w))

@@ -126,6 +126,7 @@ func Merge(nv, sys *Topology) *Topology {
 			g.NUMA = s.NUMA
 			g.setSource("numa", BackendSysfs)
 		}
+		graceMemoryNode(g, s, sys)
 		if g.Minor < 0 && s.Minor >= 0 {
 			g.Minor, g.Device = s.Minor, s.Device
 			g.setSource("minor", BackendSysfs)
@@ -152,7 +153,7 @@ func cloneMap(m map[string]string) map[string]string {
 	return out
 }
 
-// pairSnapshot adds the facts sysfs cannot know (NVLinks, MIG instances) from a snapshot
+// pairSnapshot adds the facts sysfs cannot know (NVLinks, MIG instances, fabric) from a snapshot
 // of the same node, matching GPUs by bus id.
 func pairSnapshot(t, snap *Topology) *Topology {
 	for i := range t.GPUs {
@@ -169,7 +170,38 @@ func pairSnapshot(t, snap *Topology) *Topology {
 			g.MIG = s.MIG
 			g.setSource("mig", BackendSnapshot)
 		}
+		if s.Fabric != nil {
+			g.Fabric = s.Fabric
+			g.setSource("fabric", BackendSnapshot)
+		}
 	}
 	t.Backends = append(t.Backends, BackendSnapshot)
 	return t
+}
+
+// graceMemoryNode: on Grace (GH200, GB200) NVML names the GPU's own memory as its NUMA
+// node, a node without CPUs. Binding CPUs to it would bind to nothing, so the GPU's
+// NUMA node becomes the CPU node nearest it (sysfs's numa_node of the PCI device, else
+// the node holding most of its local CPUs), and the memory node is kept as MemoryNUMA.
+func graceMemoryNode(g, s *GPU, sys *Topology) {
+	if g.NUMA < 0 || len(sys.NUMA) == 0 || !sys.NUMACPUs(g.NUMA).IsEmpty() {
+		return
+	}
+	near := -1
+	if s.NUMA >= 0 && !sys.NUMACPUs(s.NUMA).IsEmpty() {
+		near = s.NUMA
+	} else {
+		best := 0
+		for _, n := range sys.NUMA {
+			if c := n.CPUs.Intersect(g.CPUs).Count(); c > best {
+				near, best = n.ID, c
+			}
+		}
+	}
+	if !slices.Contains(g.MemoryNUMA, g.NUMA) {
+		g.MemoryNUMA = append(slices.Clone(g.MemoryNUMA), g.NUMA)
+	}
+	g.NUMA = near
+	g.setSource("numa", BackendSysfs)
+	g.setSource("memory_numa", BackendNVML)
 }

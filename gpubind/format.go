@@ -52,7 +52,7 @@ func FormatTopo(t *Topology) string {
 	b.WriteString("\nLegend: X self, SYS across NUMA nodes, NODE across host bridges in a NUMA node, PHB through a host bridge,\n" +
 		"        PXB through several PCIe bridges, PIX through at most one PCIe switch, NV# bonded set of # NVLinks\n\n")
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "GPU\tMINOR\tPCI BUS ID\tUUID\tNUMA\tCPUS\tNIC\tMIG\tSOURCES")
+	fmt.Fprintln(tw, "GPU\tMINOR\tPCI BUS ID\tUUID\tNUMA\tCPUS\tNIC\tMIG\tFABRIC\tSOURCES")
 	for i, g := range t.GPUs {
 		var mig []string
 		for _, m := range g.MIG {
@@ -62,9 +62,13 @@ func FormatTopo(t *Topology) string {
 		for f, s := range g.Source {
 			src = append(src, f+"="+s)
 		}
+		if g.Source["fabric"] == "" {
+			// sysfs has no fabric facts: say so rather than leave it out.
+			src = append(src, "fabric=none(no fabric info)")
+		}
 		sort.Strings(src)
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", g.Index, g.Minor, g.BusID, dash(g.UUID), g.NUMA,
-			dash(g.CPUs.String()), dash(t.ClosestNIC(i)), dash(strings.Join(mig, ",")), dash(strings.Join(src, ",")))
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", g.Index, g.Minor, g.BusID, dash(g.UUID), g.NUMA,
+			dash(g.CPUs.String()), dash(t.ClosestNIC(i)), dash(strings.Join(mig, ",")), g.Fabric.String(), dash(strings.Join(src, ",")))
 	}
 	tw.Flush()
 	if len(t.NICs) > 0 {
@@ -81,5 +85,8 @@ func FormatTopo(t *Topology) string {
 		fmt.Fprintf(&b, "NUMA %d: CPUs %s\n", n.ID, dash(n.CPUs.String()))
 	}
 	fmt.Fprintf(&b, "backends: %s\n", strings.Join(t.Backends, ","))
+	if !t.hasFabricSource() {
+		b.WriteString("fabric: no fabric info (sysfs cannot read it; NVML or a snapshot from NVML can)\n")
+	}
 	return b.String()
 }

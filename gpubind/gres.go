@@ -31,7 +31,7 @@ type GresConf struct {
 // ParseGresConf reads gres.conf text for node (lines with a NodeName= that does not
 // name it are skipped; node "" matches every line). Only Name=gpu lines matter; File= and MultipleFiles= may use
 // brackets (/dev/nvidia[0-3]). Text has no file to be relative to, so Include is an error
-// here (LoadGresConf follows it).
+// here (ReadConf follows it, for ParseGresLines).
 func ParseGresConf(text, node string) (*GresConf, error) {
 	var lines []ConfLine
 	for i, line := range strings.Split(text, "\n") {
@@ -40,7 +40,7 @@ func ParseGresConf(text, node string) (*GresConf, error) {
 			continue
 		}
 		if strings.EqualFold(l.Fields[0], "include") {
-			return nil, fmt.Errorf("%s: %s needs the including file's path (LoadGresConf)", l.Where("gres.conf"), strings.Join(l.Fields, " "))
+			return nil, fmt.Errorf("%s: %s needs the including file's path (read the file with ReadConf)", l.Where("gres.conf"), strings.Join(l.Fields, " "))
 		}
 		lines = append(lines, l)
 	}
@@ -181,16 +181,6 @@ func ExpandHostlist(s string) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// LoadGresConf reads a gres.conf file for node, with the files its Include lines name
-// (relative paths are relative to the including file's directory; globs allowed).
-func LoadGresConf(path, node string) (*GresConf, error) {
-	lines, err := ReadConf(path, ConfSlurm, nil)
-	if err != nil {
-		return nil, fmt.Errorf("gres.conf: %w", err)
-	}
-	return ParseGresLines(lines, node)
 }
 
 // ReadSmallFile reads a regular file of at most limit bytes. It refuses FIFOs, devices

@@ -21,17 +21,18 @@ func writeFile(t *testing.T, path, text string) {
 }
 
 // Include lines splice the named files in place, relative to the including file, with globs.
-func TestLoadGresConfInclude(t *testing.T) {
+func TestGresConfInclude(t *testing.T) {
 	dir := t.TempDir()
 	main := filepath.Join(dir, "gres.conf")
 	writeFile(t, main, "Name=gpu File=/dev/nvidia0\nInclude gres.d/*.conf\ninclude "+filepath.Join(dir, "last.conf")+"\n")
 	writeFile(t, filepath.Join(dir, "gres.d", "a.conf"), "NodeName=node1 Name=gpu File=/dev/nvidia[1-2]\n")
 	writeFile(t, filepath.Join(dir, "gres.d", "b.conf"), "NodeName=node9 Name=gpu File=/dev/nvidia7\nAutoDetect=off\n")
 	writeFile(t, filepath.Join(dir, "last.conf"), "Name=gpu File=/dev/nvidia3\n")
-	gc, err := gpubind.LoadGresConf(main, "node1")
+	nc, err := gpubind.LoadNodeConf("", main, "node1")
 	if err != nil {
 		t.Fatal(err)
 	}
+	gc := nc.Gres
 	want := []string{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidia3"}
 	if !reflect.DeepEqual(gc.Files, want) || gc.OtherNodes != 1 || gc.AutoDetect != "off" {
 		t.Errorf("got %+v, want files %v, 1 other node, AutoDetect off", gc, want)
@@ -46,7 +47,7 @@ func TestLoadGresConfInclude(t *testing.T) {
 			d := t.TempDir()
 			p := filepath.Join(d, "gres.conf")
 			writeFile(t, p, tc.text)
-			if _, err := gpubind.LoadGresConf(p, "node1"); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if _, err := gpubind.LoadNodeConf("", p, "node1"); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want one containing %q", err, tc.want)
 			}
 		})

@@ -38,14 +38,19 @@ type GPU struct {
 	UUID   string `json:"uuid,omitempty"`   // GPU-...
 	BusID  string `json:"pci_bus_id"`       // normalised 0000:1b:00.0
 	Name   string `json:"name,omitempty"`
-	NUMA   int    `json:"numa"` // -1 none
-	CPUs   CPUSet `json:"cpus"` // local CPUs
+	NUMA   int    `json:"numa"` // -1 none; always a node with CPUs when one is known
+	// MemoryNUMA are CPU-less NUMA nodes that hold the GPU's own memory (Grace: GH200,
+	// GB200), which NVML reports as the GPU's NUMA node; never used for CPU binding.
+	MemoryNUMA []int  `json:"memory_numa,omitempty"`
+	CPUs       CPUSet `json:"cpus"` // local CPUs
 	// PCIPath is the chain above the GPU: the host bridge ("pci0000:15") then each
 	// bridge down to the GPU's parent. It drives the PIX/PXB/PHB/NODE/SYS classes.
 	PCIPath []string `json:"pci_path,omitempty"`
 	// NVLinks maps a peer GPU's bus id to the number of NVLinks joining them.
 	NVLinks map[string]int `json:"nvlinks,omitempty"`
 	MIG     []MIGDevice    `json:"mig,omitempty"`
+	// Fabric is the multi-node NVLink fabric state (NVML only; nil when unknown).
+	Fabric *Fabric `json:"fabric,omitempty"`
 	// Source names the backend that supplied each fact ("uuid", "minor", "numa", ...).
 	Source map[string]string `json:"source,omitempty"`
 }
@@ -214,6 +219,9 @@ func (t *Topology) Normalize() error {
 		}
 		if g.NUMA < -1 {
 			g.NUMA = -1
+		}
+		if err := g.Fabric.validate(); err != nil {
+			return fmt.Errorf("gpu %s: %w", b, err)
 		}
 		for _, m := range g.MIG {
 			if !strings.HasPrefix(m.UUID, "MIG-") {

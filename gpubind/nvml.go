@@ -27,6 +27,7 @@ func DiscoverNVML(lib nvml.Interface) (topo *Topology, err error) {
 	if v, ret := lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
 		topo.Driver = v
 	}
+	fq := newFabricQuery(lib)
 	devs := make([]nvml.Device, n)
 	for i := 0; i < n; i++ {
 		d, ret := lib.DeviceGetHandleByIndex(i)
@@ -73,6 +74,9 @@ func DiscoverNVML(lib nvml.Interface) (topo *Topology, err error) {
 				g.CPUs = s
 				g.setSource("cpus", BackendNVML)
 			}
+		}
+		if g.Fabric = fq.read(d); g.Fabric != nil {
+			g.setSource("fabric", BackendNVML)
 		}
 		g.MIG = nvmlMIG(d)
 		if len(g.MIG) > 0 {

@@ -28,7 +28,12 @@ func TestNVMLMatchesSnapshot(t *testing.T) {
 			}
 			for i := range want.GPUs {
 				g, w := got.GPUs[i], want.GPUs[i]
-				if g.BusID != w.BusID || g.Index != i || g.Minor != w.Minor || g.UUID != w.UUID || g.NUMA != w.NUMA ||
+				wantNUMA := w.NUMA
+				if len(w.MemoryNUMA) > 0 {
+					wantNUMA = w.MemoryNUMA[0] // Grace: NVML alone names the memory node (Merge mends it)
+				}
+				if g.BusID != w.BusID || g.Index != i || g.Minor != w.Minor || g.UUID != w.UUID || g.NUMA != wantNUMA ||
+					!reflect.DeepEqual(g.Fabric, w.Fabric) ||
 					!g.CPUs.Equal(w.CPUs) || !reflect.DeepEqual(g.NVLinks, w.NVLinks) || !reflect.DeepEqual(g.MIG, w.MIG) {
 					t.Errorf("GPU %d:\n got %+v\nwant %+v", i, g, w)
 				}

@@ -1,7 +1,9 @@
 package gpubind
 
 import (
+	"os"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -39,5 +41,29 @@ func TestOptionNamesOneList(t *testing.T) {
 	}
 	if _, err := ParseOption("bogus"); err == nil || !strings.Contains(err.Error(), "policies are closest, pack, spread, map:LIST, per-task:N, single:N, off; flags are verbose, nic, cpus, isolate") {
 		t.Errorf("unknown word: %v", err)
+	}
+}
+
+// The front end's policies[] (spank/frontend/local.c), which srun's early check and the
+// fallback help use when the engine cannot be loaded, names the same policies with the same
+// arguments in the same order as policyDefs.
+func TestFrontEndPolicyNamesAgree(t *testing.T) {
+	b, err := os.ReadFile("../spank/frontend/local.c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := regexp.MustCompile(`(?s)\} policies\[\] = \{(.*?)\n\};`).FindSubmatch(b)
+	if table == nil {
+		t.Fatal("local.c has no policies[] table")
+	}
+	var c, goSide []string
+	for _, m := range regexp.MustCompile(`\{ "([a-z-]+)", "([^"]*)"`).FindAllSubmatch(table[1], -1) {
+		c = append(c, string(m[1])+strings.TrimPrefix(string(m[2]), ":"))
+	}
+	for _, d := range policyDefs {
+		goSide = append(goSide, d.name+d.arg)
+	}
+	if !reflect.DeepEqual(c, goSide) {
+		t.Errorf("local.c policies %v, policyDefs %v (name and argument, in order)", c, goSide)
 	}
 }

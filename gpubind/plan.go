@@ -48,6 +48,7 @@ func BuildTable(in PlanInput) (*Table, error) {
 			UUID: uuid, NUMA: g.NUMA, NIC: t.nicPort(t.ClosestNIC(sg.Topo)), Dev: devPath(sg, g.Minor),
 		})
 	}
+	tab.addFabric(t, st, "")
 	switch o.Policy {
 	case PolicyOff, PolicyHelp:
 		return nil, fmt.Errorf("policy %q does not plan", o.Policy)

@@ -191,6 +191,23 @@ func (s *SlurmSettings) Numbering() Numbering {
 // gres_conf= nor SLURM_CONF says: Debian's configuration directory.
 const DefaultGresConf = "/etc/slurm/gres.conf"
 
+// DefaultCacheDir holds the engine's per-boot discovery cache and the front end's plan
+// cache (plugstack cache_dir=); /run is a tmpfs, emptied at boot. The C front end's
+// GB_DEFAULT_CACHE_DIR is the same path.
+const DefaultCacheDir = "/run/gpubind"
+
+// GresConfPath is the gres.conf the engine reads: the plugin's gres_conf= argument when
+// given, else gres.conf next to the step's slurm.conf, else DefaultGresConf.
+func GresConfPath(gresConfArg, slurmConf string) string {
+	switch {
+	case gresConfArg != "":
+		return gresConfArg
+	case slurmConf != "":
+		return filepath.Join(filepath.Dir(slurmConf), "gres.conf")
+	}
+	return DefaultGresConf
+}
+
 // NodeConf is what a node's Slurm configuration gives the plan.
 type NodeConf struct {
 	Numbering Numbering // NumberingAuto where slurm.conf is unknown or unreadable
@@ -229,7 +246,7 @@ func linesFiles(lines []ConfLine) []string {
 // exists); node the node's name for gres.conf NodeName= ("": the short host name).
 func LoadNodeConf(slurmConf, gresConf, node string) (*NodeConf, error) {
 	nc := &NodeConf{Numbering: NumberingAuto}
-	path := gresConf
+	path := GresConfPath(gresConf, slurmConf)
 	if slurmConf != "" {
 		nc.addRead(slurmConf, filepath.Join(filepath.Dir(slurmConf), "cgroup.conf"))
 		if node == "" {
@@ -240,12 +257,6 @@ func LoadNodeConf(slurmConf, gresConf, node string) (*NodeConf, error) {
 			nc.SlurmGres = NodeHasGPUGres(lines, node)
 			nc.addRead(linesFiles(lines)...)
 		}
-		if path == "" {
-			path = filepath.Join(filepath.Dir(slurmConf), "gres.conf")
-		}
-	}
-	if path == "" {
-		path = DefaultGresConf
 	}
 	if node == "" {
 		node = ShortHostname()

@@ -33,6 +33,9 @@ func slurmVersionNumber(n uint32) SlurmVersion {
 type SlurmPlugin struct {
 	Version SlurmVersion // plugin_version: SLURM_VERSION_NUMBER of the headers it was built with
 	Type    string       // plugin_type: "spank" for a SPANK plugin
+	// Launcher is gpubind's built-in launcher path (gpubind_launcher_path), "" in another
+	// plugin or one built before the launcher.
+	Launcher string
 }
 
 // ReadSlurmPlugin reads plugin_version and plugin_type from a plugin's dynamic symbols.
@@ -59,6 +62,11 @@ func ReadSlurmPlugin(path string) (SlurmPlugin, error) {
 			var b []byte
 			if b, err = symbolBytes(f, s, s.Size); err == nil {
 				p.Type = string(bytes.TrimRight(b, "\x00"))
+			}
+		case "gpubind_launcher_path":
+			var b []byte
+			if b, err = symbolBytes(f, s, s.Size); err == nil {
+				p.Launcher = string(bytes.TrimRight(b, "\x00"))
 			}
 		}
 		if err != nil {

@@ -28,7 +28,7 @@ const (
 )
 
 // Table is the decision table of protocol v1: everything a task needs to find its
-// GPUs from its own CPU binding (see Resolve).
+// GPUs from its own CPU binding (rule/table.c reads it; spank/PROTOCOL.md gives its text form).
 type Table struct {
 	Status   string
 	Messages []string
@@ -46,6 +46,13 @@ type Table struct {
 	// Depends are the files the plan was made from besides the topology: the plugin's
 	// plan cache reuses the table only while none of them changed.
 	Depends []string
+	// Fabric are the "fabric" lines (step GPUs in a multi-node NVLink domain) and
+	// IMEXDir the "imex" line (where a task looks for its IMEX channel); see fabric.go.
+	Fabric  []TableFabric
+	IMEXDir string
+	// NoCache: the plan depends on state that changes without a file changing (the
+	// NVLink fabric); a "depends ?" line keeps the plugin's plan cache from reusing it.
+	NoCache bool
 }
 
 // TableNUMA is a "numa" line.
@@ -154,13 +161,18 @@ func (t *Table) Encode(w io.Writer) error {
 		for _, k := range t.Tasks {
 			add("task %d %s %s", k.Local, dashList(k.GPUs), dash(k.CPUs.String()))
 		}
+		uncacheable := t.NoCache
 		for i, d := range t.Depends {
 			if i == MaxTableDepends || strings.ContainsFunc(d, func(r rune) bool { return r <= ' ' || r > '~' }) {
-				add("depends ?") // a file the plan cache cannot name: never cache this plan
+				uncacheable = true // a file the plan cache cannot name: never cache this plan
 				break
 			}
 			add("depends %s", d)
 		}
+		if uncacheable {
+			add("depends ?")
+		}
+		t.encodeFabric(add)
 	}
 	var buf bytes.Buffer
 	for _, l := range lines {

@@ -23,12 +23,20 @@
  *
  * Collective calls (gpuhelper_init, gpuhelper_finalize, gpuhelper_nccl_id, gpuhelper_scalable_ids,
  * gpuhelper_group_id, gpuhelper_barrier, gpuhelper_bcast, gpuhelper_allgather) must be made by
- * every rank of the job, in the same order. All calls are thread-safe. The library embeds a Go
- * runtime: see docs/helper.md for what that means inside your process.
+ * every rank of the job, in the same order. The calls may be made from any thread, and are
+ * serialised inside the library, with one exception, the environment: the first
+ * gpuhelper_init may set CUDA_DEVICE_ORDER and (for a MIG rank) CUDA_VISIBLE_DEVICES with
+ * setenv, and reads variables with getenv; glibc's setenv is not safe while another thread
+ * reads or changes the environment, so make the first gpuhelper_init before the program starts
+ * threads that do (or set CUDA_DEVICE_ORDER yourself, and give each MIG rank its own instance).
+ * The library embeds a Go runtime: see docs/helper.md for what that means inside your process.
  *
  * Environment:
  *   GPUHELPER_TIMEOUT        seconds to wait for another rank's data (default 300)
- *   GPUHELPER_EXCHANGE       "direct" (default: root Put+Commit, others Get, no fence) or "fence"
+ *   GPUHELPER_EXCHANGE       "auto" (default: per exchange, "fence" for several roots or from
+ *                            64 nodes on, "direct" otherwise and for node groups), "direct"
+ *                            (root Put+Commit, others Get, no fence) or "fence" (root
+ *                            Put+Commit, collecting fence, local Gets)
  *   GPUHELPER_NCCL_LIBRARY   library to dlopen when the process has no ncclGetUniqueId
  *                            (default libnccl.so.2)
  *   GPUHELPER_SCALABLE_IDS   default count for gpuhelper_scalable_count (default ceil(size/128))
@@ -47,7 +55,7 @@ extern "C" {
 #endif
 
 #define GPUHELPER_VERSION_MAJOR 1
-#define GPUHELPER_VERSION_MINOR 2
+#define GPUHELPER_VERSION_MINOR 3
 #define GPUHELPER_VERSION_PATCH 0
 
 /* Size of an ncclUniqueId (NCCL_UNIQUE_ID_BYTES). */
@@ -70,6 +78,10 @@ extern "C" {
 #define GPUHELPER_EFINALIZED (-11) /* gpuhelper_init after PMIx was released (since 1.1) */
 #define GPUHELPER_EMIG (-12)     /* this rank's MIG instance cannot be made its CUDA device 0:
                                     CUDA was loaded before gpuhelper_init (since 1.2) */
+#define GPUHELPER_EPEER (-13)    /* another process of the job ended abnormally (the launcher's
+                                    PMIx event said so; the message names its rank) while this
+                                    one waited for it (since 1.3; 1.2 waited out
+                                    GPUHELPER_TIMEOUT and returned GPUHELPER_ETIMEOUT) */
 
 /* gpuhelper_info_t.flags: nccl_id holds the world ID (rank 0 created it during gpuhelper_init). */
 #define GPUHELPER_INFO_NCCL_ID 0x1ULL
@@ -272,11 +284,15 @@ int gpuhelper_bcast(int root, void *buf, size_t len);
 int gpuhelper_allgather(const void *buf, size_t len, void *out, size_t out_bytes);
 
 /* gpuhelper_abort ends every process of the job: it asks the PMIx server (PMIx_Abort) to have
- * the launcher kill all ranks, with code as the job's exit status, and exits this process with
- * code's low 8 bits (1 if those are 0). msg (may be NULL) goes to stderr and to the launcher.
- * Not collective; any rank, any thread may call it at any time, also while another thread waits
- * in a collective. Without gpuhelper_init, or without a PMIx server, it ends this process only.
- * Does not return, except for code 0 (GPUHELPER_EINVAL). */
+ * the launcher kill all ranks, and exits this process, both with code's low 8 bits as the exit
+ * status, or 1 if those are 0 (since 1.3: 1.2 passed code itself to PMIx, and 256 ended the
+ * job with status 0). msg (may be NULL) goes to stderr and to the launcher. Like MPI_Abort, it
+ * flushes stdio and ends the process with _exit (since 1.3): no atexit handler runs, none
+ * waits for threads still inside calls. Not collective; any rank, any thread may call it at any
+ * time: from the moment gpuhelper_init (in any thread) has connected to the PMIx server, also
+ * while that init or a collective is still running in another thread. Without gpuhelper_init,
+ * or without a PMIx server, it ends this process only. Does not return, except for code 0
+ * (GPUHELPER_EINVAL). */
 int gpuhelper_abort(int code, const char *msg);
 
 #ifdef __cplusplus

@@ -4,21 +4,13 @@
 package main
 
 /*
-#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 #include "gpuhelper.h"
 
-// gh_cuda_loaded: whether libcuda is in the process already (it reads CUDA_VISIBLE_DEVICES
-// once, when initialised).
-static int gh_cuda_loaded(void)
-{
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (h == NULL)
-        return 0;
-    dlclose(h);
-    return 1;
-}
+// In shim.c.
+int gh_cuda_loaded(void);
+void *gh_session(void);
 */
 import "C"
 
@@ -28,7 +20,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -41,7 +32,7 @@ func main() {}
 
 // Version is the library version; it must match GPUHELPER_VERSION_* in gpuhelper.h (checked by
 // the tests).
-const Version = "1.2.0"
+const Version = "1.3.0"
 
 // DefaultTimeout is how long a rank waits for another rank's data unless GPUHELPER_TIMEOUT says
 // otherwise: generous, because rank 0 may spend a long time starting CUDA before it publishes.
@@ -86,6 +77,8 @@ func code(err error) int {
 		return ce.code
 	case errors.Is(err, pmixkv.ErrNeedServer):
 		return C.GPUHELPER_ENOSERVER
+	case errors.Is(err, pmixkv.ErrPeerDied):
+		return C.GPUHELPER_EPEER
 	case errors.Is(err, pmixkv.ErrTimeout):
 		return C.GPUHELPER_ETIMEOUT
 	case isNCCL(err), errors.Is(err, ncclid.ErrVersion):
@@ -160,23 +153,53 @@ var state struct {
 	libs   map[string]*ncclid.Library
 	// failed is an init that failed after reaching the PMIx server (see failedInit).
 	failed *failedInit
+	// openErr: the PMIx session could not be taken over (its facts were refused); it is
+	// finalized, and init gives this answer from then on.
+	openErr error
 	// released says why PMIx was released in this process (gpuhelper_finalize, or an init
 	// that failed after connecting): a PMIx client cannot initialise again (PMIx 4.2 then
 	// answers NOT-FOUND for its own job data), so init refuses from then on.
 	released string
 }
 
-// aborter is the session's KV for gpuhelper_abort, which must not wait for state.mu: another
-// thread may hold it for up to GPUHELPER_TIMEOUT in a collective that the abort is meant to end.
-var aborter atomic.Pointer[pmixkv.Aborter]
-
 // release closes kv and remembers why: no init after this.
 func release(kv pmixkv.KV, why string) error {
 	if state.released == "" {
 		state.released = why
 	}
-	aborter.Store(nil)
 	return kv.Close()
+}
+
+// The GPU scan, made once: by the prewarm thread while PMIx_Init runs (ghGoPrewarm), or by
+// init itself if it gets there first (sync.Once makes the other wait for it).
+var prescan struct {
+	once sync.Once
+	root string
+	gpus []gpusel.GPU
+	err  error
+}
+
+func scanOnce(root string) func(string) ([]gpusel.GPU, error) {
+	return func(r string) ([]gpusel.GPU, error) {
+		prescan.once.Do(func() { prescan.root = root; prescan.gpus, prescan.err = gpusel.Scan(root) })
+		if prescan.root != r {
+			return gpusel.Scan(r)
+		}
+		return prescan.gpus, prescan.err
+	}
+}
+
+// ghGoPrewarm runs on shim.c's helper thread while the first gpuhelper_init is in PMIx_Init:
+// the first call into Go (it waits for the runtime's start) and, when the GPU is to be found
+// by a scan, the scan. It takes no lock and reads no environment.
+//
+//export ghGoPrewarm
+func ghGoPrewarm(root *C.char, scan C.int) {
+	defer func() { _ = recover() }()
+	if scan != 0 {
+		r := C.GoString(root)
+		_, _ = scanOnce(r)(r)
+	}
 }
 
 // library returns the Library for a GPUHELPER_NCCL_LIBRARY value, one per value.
@@ -240,9 +263,6 @@ type failedInit struct {
 // fail records a failed init and returns its error.
 func fail(f *failedInit) error {
 	state.failed = f
-	if a, ok := f.kv.(pmixkv.Aborter); ok {
-		aborter.Store(&a)
-	}
 	return f.err
 }
 
@@ -263,10 +283,15 @@ func initLocked() error {
 		state.failed = nil
 		return worldID(f.kv, f.cfg, f.info, f.gpu)
 	}
+	if state.openErr != nil {
+		return state.openErr
+	}
 	// PMIx first: a rank that fails below is then connected, and its gpuhelper_finalize can
-	// meet the others'.
-	kv, err := pmixkv.Open(pmixkv.Options{Getenv: getenv})
+	// meet the others'. shim.c opened the session already (gh_session); Go takes it over.
+	kv, err := pmixkv.Open(pmixkv.Options{Getenv: getenv, Session: pmixkv.Session(C.gh_session())})
 	if err != nil {
+		// The session is spent (a failed one is finalized): the same answer from now on.
+		state.openErr = err
 		return err
 	}
 	info := kv.Info()
@@ -275,7 +300,8 @@ func initLocked() error {
 		cfg.timeout = DefaultTimeout
 		return fail(&failedInit{kv: kv, cfg: cfg, info: info, err: err})
 	}
-	gpu, err := gpusel.Choose(gpusel.Input{LookupEnv: lookupEnv, Root: getenv("GPUHELPER_SYSROOT"), LocalRank: info.LocalRank})
+	root := getenv("GPUHELPER_SYSROOT")
+	gpu, err := gpusel.Choose(gpusel.Input{LookupEnv: lookupEnv, Root: root, LocalRank: info.LocalRank, Scan: scanOnce(root)})
 	if err != nil {
 		return fail(&failedInit{kv: kv, cfg: cfg, info: info, err: withCode(C.GPUHELPER_EGPU, err)})
 	}
@@ -308,9 +334,6 @@ func worldID(kv pmixkv.KV, cfg config, info pmixkv.Info, gpu gpusel.Choice) erro
 		return fail(&failedInit{kv: kv, cfg: cfg, info: info, gpu: gpu, err: idErr, retry: errors.Is(idErr, pmixkv.ErrTimeout)})
 	}
 	state.kv, state.cfg, state.info, state.gpu, state.id, state.idErr = kv, cfg, info, gpu, id, idErr
-	if a, ok := kv.(pmixkv.Aborter); ok {
-		aborter.Store(&a)
-	}
 	state.origin = origin
 	return nil
 }
@@ -702,22 +725,4 @@ func ghGoAllgather(data unsafe.Pointer, size C.size_t, out unsafe.Pointer, outBy
 		}
 	}
 	return 0
-}
-
-// ghGoAbort asks the PMIx server to end the job. It returns 0 when the request went out; the C
-// side exits the process either way. It takes no lock (see aborter).
-//
-//export ghGoAbort
-func ghGoAbort(code C.int, msg *C.char, buf *C.char, n C.size_t) (rc C.int) {
-	defer guard(&rc, buf, n)
-	a := aborter.Load()
-	if a == nil {
-		return report(withCode(C.GPUHELPER_ENOSERVER, errors.New("gpuhelper_abort: no PMIx session to end the job "+
-			"through (no server, gpuhelper_init not run, or finalized): ending this process only")), buf, n)
-	}
-	m := ""
-	if msg != nil {
-		m = C.GoString(msg)
-	}
-	return report((*a).Abort(int(code), m), buf, n)
 }

@@ -4,6 +4,7 @@
  * enter Go at all. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 
 #include "gpuhelper.h"
 #include "_cgo_export.h"
+#include "../pmixkv/pmix_client.h"
 
 #define GH_EXPORT __attribute__((visibility("default")))
 #define GH_STR2(x) #x
@@ -131,21 +133,146 @@ static int gh_forked(void)
     return 1;
 }
 
+/* gh_lib_loaded says whether a library whose file name starts with prefix is in the process.
+ * dl_iterate_phdr reads the loader's list of loaded objects: unlike dlopen(RTLD_NOLOAD), it
+ * does not walk the library search path (0.3-0.4 ms per call measured). */
+struct gh_find {
+    const char *prefix;
+    int found;
+};
+
+static int gh_find_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    struct gh_find *f = data;
+    const char *name = info->dlpi_name, *base;
+    (void)size;
+    if (name == NULL || *name == '\0')
+        return 0;
+    base = strrchr(name, '/');
+    base = base != NULL ? base + 1 : name;
+    if (strncmp(base, f->prefix, strlen(f->prefix)) == 0) {
+        f->found = 1;
+        return 1;
+    }
+    return 0;
+}
+
+static int gh_lib_loaded(const char *prefix)
+{
+    struct gh_find f = {prefix, 0};
+    dl_iterate_phdr(gh_find_cb, &f);
+    return f.found;
+}
+
+/* gh_cuda_loaded: whether libcuda is in the process already (it reads CUDA_VISIBLE_DEVICES
+ * once, when initialised). Also for the Go side (MIG). */
+int gh_cuda_loaded(void) { return gh_lib_loaded("libcuda.so"); }
+
 /* CUDA numbers GPUs fastest-first unless CUDA_DEVICE_ORDER=PCI_BUS_ID is set before it starts.
  * Set it when unset and libcuda is not loaded yet (once loaded, CUDA may have read it). */
-static pthread_once_t gh_order_once = PTHREAD_ONCE_INIT;
 static void gh_set_cuda_order(void)
 {
-    if (getenv("CUDA_DEVICE_ORDER") != NULL)
+    if (getenv("CUDA_DEVICE_ORDER") != NULL || gh_cuda_loaded())
         return;
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (h != NULL) {
-        dlclose(h);
-        return;
-    }
     if (setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 0) != 0)
         gh_fail(0, "setenv CUDA_DEVICE_ORDER failed; cuda_device may not match pci_bus_id");
 }
+
+/* The first gpuhelper_init opens the PMIx session here, in C, before any call into Go: the
+ * Go runtime, started when the library was loaded, is still starting on its own thread, and
+ * PMIx_Init and the job-fact Gets (a few round trips to the server) overlap that start instead
+ * of waiting for it. Meanwhile a helper thread (gh_worker) makes the first call into Go, which
+ * waits for the runtime, and scans the GPUs. By the time the PMIx facts are in, Go is ready
+ * and the scan is done; the helper thread then runs the Go part of that first init too
+ * (ghGoInit, which takes the session over: pmixkv.Session) while the caller waits. The
+ * caller's own thread does not enter Go at all during its first init: the first entry of a
+ * thread costs Go a stack lookup (pthread_getattr_np), which on the main thread reads all of
+ * /proc/self/maps (about 0.35M instructions, measured with callgrind). */
+static pthread_once_t gh_open_once = PTHREAD_ONCE_INIT;
+static struct pk_session gh_sess;
+static int gh_sess_open; /* gh_open ran: gh_sess holds PMIx_Init's status */
+
+/* The helper thread and the one request it serves: the first gpuhelper_init's Go part. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int running;     /* the thread started and has not given up serving */
+    int claimed;     /* a gpuhelper_init took the request */
+    int posted, done;
+    gpuhelper_info_t *info;
+    int need_id, rc;
+    char *err;
+    size_t errlen;
+    char *root; /* GPUHELPER_SYSROOT, read before the thread starts */
+    int scan;   /* 0: the plugin's GPUBIND_* variables choose the GPU, no scan needed */
+} gh_w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, NULL, 0, 0, NULL, 0, NULL, 0};
+
+static void *gh_worker(void *p)
+{
+    (void)p;
+    ghGoPrewarm(gh_w.root, gh_w.scan);
+    pthread_mutex_lock(&gh_w.mu);
+    while (!gh_w.posted)
+        pthread_cond_wait(&gh_w.cv, &gh_w.mu);
+    pthread_mutex_unlock(&gh_w.mu);
+    gh_w.rc = ghGoInit(gh_w.info, gh_w.need_id, gh_w.err, gh_w.errlen);
+    pthread_mutex_lock(&gh_w.mu);
+    gh_w.done = 1;
+    pthread_cond_broadcast(&gh_w.cv);
+    pthread_mutex_unlock(&gh_w.mu);
+    return NULL;
+}
+
+static void gh_start_worker(void)
+{
+    const char *root = getenv("GPUHELPER_SYSROOT");
+    pthread_attr_t attr;
+    pthread_t t;
+    gh_w.root = strdup(root != NULL ? root : "");
+    gh_w.scan = getenv("GPUBIND_GPUS") == NULL && getenv("GPUBIND_PCI_BUS_IDS") == NULL;
+    if (gh_w.root == NULL || pthread_attr_init(&attr) != 0)
+        return; /* no helper: the caller does it all */
+    (void)pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    gh_w.running = pthread_create(&t, &attr, gh_worker, NULL) == 0;
+    pthread_attr_destroy(&attr);
+}
+
+/* gh_go_init runs ghGoInit: on the helper thread for the first caller, else here. */
+static int gh_go_init(gpuhelper_info_t *info, int need_id)
+{
+    int mine;
+    pthread_mutex_lock(&gh_w.mu);
+    mine = gh_w.running && !gh_w.claimed;
+    gh_w.claimed = 1;
+    if (mine) {
+        gh_w.info = info;
+        gh_w.need_id = need_id;
+        gh_w.err = gh_errbuf();
+        gh_w.errlen = gh_errlen();
+        gh_w.posted = 1;
+        pthread_cond_broadcast(&gh_w.cv);
+        while (!gh_w.done)
+            pthread_cond_wait(&gh_w.cv, &gh_w.mu);
+    }
+    pthread_mutex_unlock(&gh_w.mu);
+    if (mine)
+        return gh_w.rc;
+    return ghGoInit(info, need_id, GH_ERR);
+}
+
+static void gh_open(void)
+{
+    /* The environment is read, and CUDA_DEVICE_ORDER set, before the helper thread starts:
+     * it reads no variables itself. */
+    gh_set_cuda_order();
+    gh_start_worker();
+    if (pk_open(&gh_sess) == 0)
+        (void)pk_watch(); /* without it, a dead rank is noticed by timeouts only */
+    gh_sess_open = 1;
+}
+
+/* gh_session: the session of the first gpuhelper_init, for the Go side (NULL before it). */
+void *gh_session(void) { return gh_sess_open ? &gh_sess : NULL; }
 
 /* A failed gpuhelper_init keeps its PMIx session for gpuhelper_finalize (which then joins the
  * other ranks' final barrier). A program that exits without calling it, as programs written for
@@ -179,11 +306,11 @@ GH_EXPORT int gpuhelper_init(gpuhelper_info_t *info)
                 size, sizeof(gpuhelper_info_t), GH_INFO_SIZE_1_0);
         return GPUHELPER_EINVAL;
     }
-    if (pthread_once(&gh_order_once, gh_set_cuda_order) != 0)
+    if (pthread_once(&gh_open_once, gh_open) != 0)
         return gh_fail(GPUHELPER_EINTERNAL, "pthread_once failed");
     memset(&tmp, 0, sizeof(tmp));
     /* A 1.0 caller has no flags field to learn that nccl_id is missing: it needs the ID. */
-    rc = ghGoInit(&tmp, size < offsetof(gpuhelper_info_t, flags) + sizeof(tmp.flags), GH_ERR);
+    rc = gh_go_init(&tmp, size < offsetof(gpuhelper_info_t, flags) + sizeof(tmp.flags));
     if (rc != 0) {
         (void)pthread_once(&gh_exit_once, gh_register_exit);
         return rc;
@@ -241,20 +368,31 @@ GH_EXPORT int gpuhelper_allgather(const void *buf, size_t len, void *out, size_t
     return ghGoAllgather((void *)buf, len, out, out_bytes, GH_ERR); /* Go only reads buf */
 }
 
-/* Ends the job through PMIx when it can, and this process in any case: it must not return. */
+/* Ends the job through PMIx when it can, and this process in any case: it must not return.
+ * Plain C, no lock and no Go: the PMIx session is usable as soon as PMIx_Init returned in
+ * gpuhelper_init, also while another thread is still inside gpuhelper_init or waits in a
+ * collective. */
 GH_EXPORT int gpuhelper_abort(int code, const char *msg)
 {
+    int status, rc;
     if (code == 0)
         return gh_fail(GPUHELPER_EINVAL, "gpuhelper_abort: code 0, expected a nonzero exit status");
+    /* The shell and the launcher see the low 8 bits: keep a failure a failure (256 would read
+     * as success), for the job as for this process. */
+    status = (code & 0xff) != 0 ? code & 0xff : 1;
     fprintf(stderr, "gpuhelper: gpuhelper_abort(%d) in pid %ld: %s\n", code, (long)getpid(), msg ? msg : "");
-    fflush(stderr);
-    /* Go only reads msg; cgo exports take no const. */
-    if (!gh_forked() && ghGoAbort(code, (char *)msg, GH_ERR) != 0) {
-        fprintf(stderr, "%s\n", gpuhelper_last_error());
-        fflush(stderr);
-    }
-    /* The shell sees the low 8 bits: keep a failure a failure (256 would read as success). */
-    exit((code & 0xff) != 0 ? code & 0xff : 1);
+    if (gh_forked())
+        fprintf(stderr, "%s: ending this process only\n", gpuhelper_last_error());
+    else if (!pk_live())
+        fprintf(stderr, "gpuhelper: gpuhelper_abort: no PMIx session to end the job through (no server, "
+                        "gpuhelper_init not run, or finalized): ending this process only\n");
+    else if ((rc = pk_abort(status, msg ? msg : "")) != 0)
+        fprintf(stderr, "gpuhelper: gpuhelper_abort: PMIx_Abort: %s (%d): ending this process only\n",
+                pk_strerror(rc), rc);
+    /* As MPI_Abort: flush, then end at once, without atexit handlers or destructors, which
+     * could wait for threads that are inside collectives. */
+    fflush(NULL);
+    _exit(status);
 }
 
 GH_EXPORT int gpuhelper_set_nccl_get_unique_id(gpuhelper_nccl_get_unique_id_fn fn)
@@ -322,6 +460,7 @@ GH_EXPORT const char *gpuhelper_strerror(int err)
     case GPUHELPER_EINTERNAL: return "GPUHELPER_EINTERNAL: internal error";
     case GPUHELPER_EFINALIZED: return "GPUHELPER_EFINALIZED: gpuhelper_init after PMIx was released (gpuhelper_finalize): a process initialises once";
     case GPUHELPER_EMIG: return "GPUHELPER_EMIG: this rank's MIG instance cannot be its CUDA device (CUDA was loaded before gpuhelper_init)";
+    case GPUHELPER_EPEER: return "GPUHELPER_EPEER: another process of the job ended while this one waited for it";
     }
     return "GPUHELPER_E?: unknown error code";
 }

@@ -1,8 +1,9 @@
 // Package ncclid creates NCCL unique IDs with the application's own ncclGetUniqueId and hands
 // them to every rank of a job over a pmixkv.KV.
 //
-// Distribution is a direct modex by default: each root Puts and Commits its ID, the other ranks
-// Get it from that root with a timeout, and nobody fences. Keys carry a sequence number so no
+// Distribution is a direct modex or a fence (Mode; Auto, the default, chooses per exchange): each
+// root Puts and Commits its ID; direct, the other ranks Get it from that root with a timeout and
+// nobody fences; fenced, every rank joins a collecting fence and the Gets are then local. Keys carry a sequence number so no
 // key is ever reused (PMIx 4.2 can serve a stale cached value for a reused key). Every rank must
 // therefore make the same calls in the same order, as with any collective.
 //
@@ -75,27 +76,61 @@ type Mode int
 const (
 	// Direct: roots Put+Commit, others Get with a timeout; no fence.
 	Direct Mode = iota
-	// Fenced: roots Put+Commit, everyone joins a collecting fence, then Gets locally. Kept to
-	// compare with Direct.
+	// Fenced: roots Put+Commit, everyone joins a collecting fence, then Gets locally.
 	Fenced
+	// Auto (the default) chooses per exchange, by measurement (bench/scale.sh, docs/scale.md):
+	// under Slurm a Get of a key held on another node is one request to the root's node per
+	// node, served one after another by that node's slurmstepd, and K roots cost K round trips
+	// in a row; a collecting fence costs one pass over Slurm's ring or tree whatever K is.
+	// So: Direct when every rank reads a root on its own node (node groups) or the job is on
+	// one node; Fenced when the exchange has several roots (scalable IDs), or from
+	// AutoFenceNodes nodes on. Every rank sees the same counts, so all choose alike.
+	Auto
 )
 
+// AutoFenceNodes is the node count from which Auto fences for an exchange with one root (the
+// world ID, a color group's ID). On the 2-core VM (bench/RESULTS.md, section 8) direct was the
+// faster up to 32 simulated nodes and fence twice as fast at 64, where direct also tripled the
+// CPU of the root node's slurmstepd.
+const AutoFenceNodes = 64
+
+// Fences says whether an exchange under mode m fences before its Gets: nodes is the job's node
+// count, roots the number of roots of the whole exchange, local whether every rank reads a
+// root on its own node.
+func (m Mode) Fences(nodes, roots int, local bool) bool {
+	switch m {
+	case Fenced:
+		return true
+	case Direct:
+		return false
+	}
+	if local || nodes < 2 {
+		return false
+	}
+	return roots >= 2 || nodes >= AutoFenceNodes
+}
+
 func (m Mode) String() string {
-	if m == Fenced {
+	switch m {
+	case Fenced:
 		return "fence"
+	case Auto:
+		return "auto"
 	}
 	return "direct"
 }
 
-// ParseMode parses "direct" (or "") and "fence".
+// ParseMode parses "auto" (or "", the default), "direct" and "fence".
 func ParseMode(s string) (Mode, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "", "direct":
+	case "", "auto":
+		return Auto, nil
+	case "direct":
 		return Direct, nil
 	case "fence":
 		return Fenced, nil
 	}
-	return Direct, fmt.Errorf("ncclid: exchange mode %q, expected \"direct\" or \"fence\"", s)
+	return Auto, fmt.Errorf("ncclid: exchange mode %q, expected \"auto\" (the default), \"direct\" or \"fence\"", s)
 }
 
 // ErrRoot marks an error reported by a root that could not create its ID.
@@ -126,9 +161,10 @@ type Exchanger struct {
 	Local func() Origin
 
 	// BarrierCollect makes Barrier fence with PMIX_COLLECT_DATA. Needed under Slurm, whose
-	// mpi/pmix completes a fence without it on each node by itself (unless PMIxFenceBarrier is
-	// set): see pmixkv.BarrierNeedsCollect. Elsewhere a plain fence is a barrier, and collecting
-	// would copy all committed data (an MPI library's modex too) to every node for nothing.
+	// mpi/pmix completes a fence without it on each node by itself (unless PMIxFenceBarrier
+	// is set); libgpuhelper sets it for jobs of more than one node. Elsewhere a plain fence
+	// is a barrier, and collecting would copy all committed data (an MPI library's modex
+	// too) to every node for nothing.
 	BarrierCollect bool
 
 	mu    sync.Mutex
@@ -200,7 +236,7 @@ func (e *Exchanger) World() (ID, error) {
 // WorldOrigin is World, and also says which NCCL made the ID on rank 0.
 func (e *Exchanger) WorldOrigin() (ID, Origin, error) {
 	c := e.begin("world")
-	ids, origins, err := e.exchange(c, e.KV.Info().Rank == 0, []int{0}, false)
+	ids, origins, err := e.exchange(c, e.KV.Info().Rank == 0, []int{0}, false, false)
 	e.end(c, err)
 	if err != nil {
 		return ID{}, Origin{}, err
@@ -224,7 +260,7 @@ func (e *Exchanger) Scalable(n int) ([]ID, error) {
 		isRoot = isRoot || r == in.Rank
 	}
 	c := e.begin(fmt.Sprintf("scalable %d", n))
-	ids, _, err := e.exchange(c, isRoot, roots, true)
+	ids, _, err := e.exchange(c, isRoot, roots, true, false)
 	e.end(c, err)
 	return ids, err
 }
@@ -278,7 +314,8 @@ func (e *Exchanger) group(c *coll, color int) (Group, error) {
 	if g.Rank < 0 {
 		return Group{}, fmt.Errorf("ncclid: rank %d is not among its group's members %v", in.Rank, members)
 	}
-	ids, _, err := e.exchange(c, g.Rank == 0, []int{g.Root}, true)
+	// A node group's root is on every member's node: nothing to gain from a fence.
+	ids, _, err := e.exchange(c, g.Rank == 0, []int{g.Root}, true, color == NodeColor)
 	if err != nil {
 		return Group{}, err
 	}
@@ -385,8 +422,8 @@ func encode(id ID, o Origin) []byte {
 
 // exchange: if isRoot, create an ID (distinct: see create) and publish it (or the failure)
 // under this collective's key; then read the ID of every rank in roots, with the NCCL that
-// made it.
-func (e *Exchanger) exchange(c *coll, isRoot bool, roots []int, distinct bool) ([]ID, []Origin, error) {
+// made it. nodeLocal: every rank's roots are on its own node (node groups), for Mode.Fences.
+func (e *Exchanger) exchange(c *coll, isRoot bool, roots []int, distinct, nodeLocal bool) ([]ID, []Origin, error) {
 	in := e.KV.Info()
 	key := fmt.Sprintf("gpubind.ncclid.%d", c.seq)
 	var own ID
@@ -423,7 +460,7 @@ func (e *Exchanger) exchange(c *coll, isRoot bool, roots []int, distinct bool) (
 		}
 		c.published, c.own, c.ownOrigin = ownErr == nil, own, ownOrigin
 	}
-	if e.Mode == Fenced && !c.fenced {
+	if e.Mode.Fences(in.NumNodes, len(roots), nodeLocal) && !c.fenced {
 		if err := e.fence(true, "fence after publishing NCCL IDs"); err != nil {
 			return nil, nil, err
 		}

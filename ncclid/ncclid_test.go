@@ -65,11 +65,59 @@ func TestParseMode(t *testing.T) {
 	if m, err := ParseMode("fence"); err != nil || m != Fenced {
 		t.Fatal(m, err)
 	}
-	if m, err := ParseMode(""); err != nil || m != Direct {
+	if m, err := ParseMode(""); err != nil || m != Auto {
 		t.Fatal(m, err)
 	}
-	if _, err := ParseMode("bcast"); err == nil {
-		t.Fatal("bcast accepted")
+	if m, err := ParseMode(" Direct "); err != nil || m != Direct {
+		t.Fatal(m, err)
+	}
+	if m, err := ParseMode("auto"); err != nil || m != Auto {
+		t.Fatal(m, err)
+	}
+	if _, err := ParseMode("bcast"); err == nil || !strings.Contains(err.Error(), `"bcast", expected "auto" (the default), "direct" or "fence"`) {
+		t.Fatalf("bcast: %v", err)
+	}
+	for _, tc := range []struct {
+		m            Mode
+		nodes, roots int
+		local        bool
+		want         bool
+	}{
+		{Auto, 1, 8, false, false},                  // one node: every Get is local
+		{Auto, 2, 1, false, false},                  // world ID on few nodes: direct
+		{Auto, AutoFenceNodes - 1, 1, false, false}, // ... up to the threshold
+		{Auto, AutoFenceNodes, 1, false, true},      // from it on: fence
+		{Auto, 2, 2, false, true},                   // several roots: one fence, not K Gets in a row
+		{Auto, 1000, 1, true, false},                // node groups: the root is on the node
+		{Direct, 1000, 8, false, false}, {Fenced, 1, 1, true, true},
+	} {
+		if got := tc.m.Fences(tc.nodes, tc.roots, tc.local); got != tc.want {
+			t.Errorf("%v.Fences(nodes %d, roots %d, local %v) = %v, want %v", tc.m, tc.nodes, tc.roots, tc.local, got, tc.want)
+		}
+	}
+}
+
+// TestAutoFencesOnManyNodes: under Auto, the world ID fences only from AutoFenceNodes nodes on,
+// scalable IDs with several roots always across nodes, node groups never.
+func TestAutoFencesOnManyNodes(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		nodes  int
+		fn     func(e *Exchanger) (any, error)
+		fences int // Fence calls, all ranks together (2 ranks per node)
+	}{
+		{"world, 2 nodes", 2, func(e *Exchanger) (any, error) { return e.World() }, 0},
+		{"world, many nodes", AutoFenceNodes, func(e *Exchanger) (any, error) { return e.World() }, 2 * AutoFenceNodes},
+		{"2 scalable IDs, 2 nodes", 2, func(e *Exchanger) (any, error) { return e.Scalable(2) }, 4},
+		{"node groups, many nodes", AutoFenceNodes, func(e *Exchanger) (any, error) { return e.Group(NodeColor) }, 0},
+	} {
+		out, job, _ := runJob(t, tc.nodes*2, func(r int) int { return r / 2 }, Auto, tc.fn)
+		if job.Fences() != tc.fences || job.CollectingFences() != tc.fences {
+			t.Errorf("%s: %d fences (%d collecting), want %d", tc.name, job.Fences(), job.CollectingFences(), tc.fences)
+		}
+		if len(out) != tc.nodes*2 {
+			t.Errorf("%s: %d results", tc.name, len(out))
+		}
 	}
 }
 

@@ -50,6 +50,8 @@ func (e *StatusError) Is(target error) bool {
 		return e.Code == int(C.pk_err_not_found())
 	case ErrNoServer:
 		return e.Code == int(C.pk_err_unreach())
+	case ErrPeerDied:
+		return e.Code == int(C.pk_err_proc_aborted())
 	}
 	return false
 }
@@ -58,27 +60,60 @@ func status(op string, rc C.int) error {
 	if rc == 0 {
 		return nil
 	}
-	return &StatusError{Op: op, Code: int(rc)}
+	se := &StatusError{Op: op, Code: int(rc)}
+	if rc == C.pk_err_proc_aborted() {
+		if r, why, ok := DeadPeer(); ok {
+			return fmt.Errorf("%w: rank %d of the job ended (%s) while this rank waited: %w", se, r, why, ErrPeerDied)
+		}
+	}
+	return se
+}
+
+// DeadPeer says which other process of the job ended abnormally, as a PMIx event reported it
+// (the first one), if any did.
+func DeadPeer() (rank int, why string, ok bool) {
+	var buf [128]C.char
+	var st C.int
+	r := C.pk_dead(&st, &buf[0], C.size_t(len(buf)))
+	if r < 0 {
+		return 0, "", false
+	}
+	return int(r), C.GoString(&buf[0]), true
 }
 
 // NewClient initialises PMIx (once per process) and reads the job facts. Without a server the
 // error matches ErrNoServer.
-func NewClient() (*Client, error) {
+func NewClient() (*Client, error) { return newClient(nil) }
+
+// Session is a PMIx session opened in C (pk_open, pmix_client.h) before Go ran: a *struct
+// pk_session, owned by the caller. libgpuhelper opens it in its exported entry point, so that
+// PMIx_Init and the job-fact Gets overlap the Go runtime's start.
+type Session unsafe.Pointer
+
+func newClient(sess Session) (*Client, error) {
 	initMu.Lock()
 	defer initMu.Unlock()
 	if initCount > 0 {
 		initCount++
 		return &Client{info: initInfo}, nil
 	}
-	var ns [C.size_t(256)]C.char
-	var rank C.uint32_t
-	if err := status("PMIx_Init", C.pk_init(&ns[0], C.size_t(len(ns)), &rank)); err != nil {
-		if lerr := C.GoString(C.pk_library_error()); lerr != "" {
-			err.(*StatusError).Op = "PMIx_Init (no PMIx library: " + lerr + ")"
+	var own C.struct_pk_session
+	s := (*C.struct_pk_session)(sess)
+	if s == nil {
+		s = &own
+		if C.pk_open(s) == 0 {
+			C.pk_watch() // best effort: without it deaths are noticed by timeouts only
+		}
+		defer freeSession(s)
+	}
+	if err := status("PMIx_Init", s.rc); err != nil {
+		var se *StatusError
+		if lerr := C.GoString(C.pk_library_error()); lerr != "" && errors.As(err, &se) {
+			se.Op = "PMIx_Init (no PMIx library: " + lerr + ")"
 		}
 		return nil, err
 	}
-	info, err := queryInfo(C.GoString(&ns[0]), int(rank))
+	info, err := sessionInfo(s)
 	if err != nil {
 		C.pk_finalize()
 		return nil, err
@@ -88,85 +123,148 @@ func NewClient() (*Client, error) {
 	return &Client{info: info}, nil
 }
 
-// queryInfo reads the job keys with the wildcard rank and the proc keys with our own rank.
-func queryInfo(ns string, rank int) (Info, error) {
-	in := Info{Namespace: ns, Rank: rank, Source: "pmix"}
-	cns := C.CString(ns)
-	defer C.free(unsafe.Pointer(cns))
-	wild := C.pk_rank_wildcard()
-	me := C.uint32_t(rank)
-	num := func(r C.uint32_t, key string) (int, error) {
-		ck := C.CString(key)
-		defer C.free(unsafe.Pointer(ck))
-		var v C.uint64_t
-		if err := status("PMIx_Get("+key+")", C.pk_get_number(cns, r, ck, 0, &v)); err != nil {
-			return 0, err
+// freeSession frees the strings of a session opened here.
+func freeSession(s *C.struct_pk_session) {
+	for _, p := range []*C.char{s.hostname, s.lpeers, s.nlist} {
+		C.free(unsafe.Pointer(p))
+	}
+	s.hostname, s.lpeers, s.nlist = nil, nil, nil
+}
+
+// Facts are the job facts as the PMIx server gave them: a nil field is one it did not give
+// (NOT-FOUND or another error, in Errs).
+type Facts struct {
+	Namespace                      string
+	Rank                           int
+	Size, LocalSize, NumNodes      *int
+	LocalRank, NodeID              *int
+	Hostname, LocalPeers, NodeList *string
+	Errs                           map[string]error
+}
+
+func sessionInfo(s *C.struct_pk_session) (Info, error) {
+	f := Facts{Namespace: C.GoString(&s.nspace[0]), Rank: int(s.rank), Errs: map[string]error{}}
+	num := func(key string, rc C.int, v C.uint64_t) *int {
+		if err := status("PMIx_Get("+key+")", rc); err != nil {
+			f.Errs[key] = err
+			return nil
 		}
-		if uint64(v) > 1<<31-1 {
-			return 0, fmt.Errorf("pmixkv: %s is %d, expected a value below 2^31", key, uint64(v))
+		n := int(min(uint64(v), 1<<62))
+		return &n
+	}
+	str := func(key string, rc C.int, p *C.char) *string {
+		if err := status("PMIx_Get("+key+")", rc); err != nil || p == nil {
+			f.Errs[key] = err
+			return nil
 		}
-		return int(v), nil
+		v := C.GoString(p)
+		return &v
 	}
-	str := func(r C.uint32_t, key string) (string, error) {
-		ck := C.CString(key)
-		defer C.free(unsafe.Pointer(ck))
-		var p *C.char
-		if err := status("PMIx_Get("+key+")", C.pk_get_string(cns, r, ck, 0, &p)); err != nil {
-			return "", err
+	f.Size = num("pmix.job.size", s.size_rc, s.size)
+	f.LocalSize = num("pmix.local.size", s.local_size_rc, s.local_size)
+	f.NumNodes = num("pmix.num.nodes", s.num_nodes_rc, s.num_nodes)
+	f.LocalRank = num("pmix.lrank", s.local_rank_rc, s.local_rank)
+	f.NodeID = num("pmix.nodeid", s.node_id_rc, s.node_id)
+	f.Hostname = str("pmix.hname", s.hostname_rc, s.hostname)
+	f.LocalPeers = str("pmix.lpeers", s.lpeers_rc, s.lpeers)
+	f.NodeList = str("pmix.nlist", s.nlist_rc, s.nlist)
+	return FactsInfo(f)
+}
+
+// FactsInfo turns the server's facts into an Info, deriving what it did not give where the
+// other facts determine it:
+//   - the local size: the number of local peers (PMIX_LOCAL_PEERS);
+//   - the local rank: this rank's place among the local peers;
+//   - the local peers on a job of one node: every rank;
+//   - the number of nodes and this node's index: from the node list (PMIX_NODE_LIST) and this
+//     proc's host name (PMIX_HOSTNAME), which are preferred anyway (see below).
+//
+// The job size is required. A fact that can be derived neither way is an error naming it.
+func FactsInfo(f Facts) (Info, error) {
+	in := Info{Namespace: f.Namespace, Rank: f.Rank, Source: "pmix"}
+	missing := func(key, what string) error {
+		return fmt.Errorf("pmixkv: the PMIx server gave no %s (%v), and it cannot be derived %s", key, f.Errs[key], what)
+	}
+	if f.Size == nil {
+		return in, missing("pmix.job.size", "")
+	}
+	if *f.Size > 1<<31-1 {
+		return in, fmt.Errorf("pmixkv: pmix.job.size is %d, expected a value below 2^31", *f.Size)
+	}
+	in.Size = *f.Size
+	if f.Hostname != nil {
+		in.Hostname = *f.Hostname // informative; some servers do not give it for every proc
+	}
+	// The node: PMIX_NODEID is the launcher's own number for the node: Slurm's is the node's
+	// index in the step, but Open MPI's ORTE and PRRTE give the index in their node pool, where
+	// 0 is mpirun's node even when it runs no rank (ranks on 2 nodes get ids 1 and 2). Other
+	// ranks' node ids are not held by the client (Slurm and ORTE answer NOT-FOUND), but the
+	// job's node list (in the launcher's order) and this proc's host name are: the node's place
+	// in that list is a dense index in the launcher's order.
+	listed := false
+	if f.NodeList != nil && in.Hostname != "" {
+		if idx, n, ok := NodeIndex(*f.NodeList, in.Hostname); ok {
+			in.NodeID, in.NumNodes, listed = idx, n, true
 		}
-		defer C.free(unsafe.Pointer(p))
-		return C.GoString(p), nil
 	}
-	var err error
-	if in.Size, err = num(wild, "pmix.job.size"); err != nil {
-		return in, err
-	}
-	if in.LocalSize, err = num(wild, "pmix.local.size"); err != nil {
-		return in, err
-	}
-	if in.NumNodes, err = num(wild, "pmix.num.nodes"); err != nil {
-		return in, err
-	}
-	if in.LocalRank, err = num(me, "pmix.lrank"); err != nil {
-		return in, err
-	}
-	if in.NodeID, err = num(me, "pmix.nodeid"); err != nil {
-		return in, err
-	}
-	// The hostname is informative only; some servers do not provide it for every proc.
-	if h, err := str(me, "pmix.hname"); err == nil {
-		in.Hostname = h
-	}
-	peers, err := str(wild, "pmix.lpeers")
-	if err != nil {
-		return in, err
-	}
-	if in.LocalPeers, err = parseRanks(peers); err != nil {
-		return in, fmt.Errorf("pmixkv: PMIX_LOCAL_PEERS %q: %w", peers, err)
-	}
-	// PMIX_NODEID is the launcher's own number for the node: Slurm's is the node's index in
-	// the step, but Open MPI's ORTE and PRRTE give the index in their node pool, where 0 is
-	// mpirun's node even when it runs no rank (ranks on 2 nodes get ids 1 and 2). Other ranks'
-	// node ids are not held by the client (Slurm and ORTE answer NOT-FOUND), but the job's node
-	// list (PMIX_NODE_LIST, in the launcher's order) and this proc's host name are: the node's
-	// place in that list is a dense index in the launcher's order.
-	if nlist, err := str(wild, "pmix.nlist"); err == nil && in.Hostname != "" {
-		if idx, n, ok := NodeIndex(nlist, in.Hostname); ok {
-			in.NodeID, in.NumNodes = idx, n
-			return in, checkInfo(in)
+	if !listed {
+		switch {
+		case f.NumNodes == nil:
+			return in, missing("pmix.num.nodes", "(no node list PMIX_NODE_LIST naming this proc's host PMIX_HOSTNAME)")
+		case f.NodeID == nil && *f.NumNodes == 1:
+			in.NumNodes, in.NodeID = 1, 0
+		case f.NodeID == nil:
+			return in, missing("pmix.nodeid", "(no node list PMIX_NODE_LIST naming this proc's host PMIX_HOSTNAME)")
+		default:
+			in.NumNodes, in.NodeID = *f.NumNodes, *f.NodeID
+			if in.NodeID >= in.NumNodes {
+				return in, fmt.Errorf("pmixkv: this rank's PMIX_NODEID is %d but the job has %d nodes (PMIX_NUM_NODES), "+
+					"and its host name %q is not once in the job's node list PMIX_NODE_LIST (%s), so the nodes cannot "+
+					"be numbered 0..%d", in.NodeID, in.NumNodes, in.Hostname, describe(f.NodeList, f.Errs["pmix.nlist"]), in.NumNodes-1)
+			}
 		}
-		if in.NodeID >= in.NumNodes {
-			return in, fmt.Errorf("pmixkv: this rank's PMIX_NODEID is %d but the job has %d nodes (PMIX_NUM_NODES), "+
-				"and its host name %q is not once in the job's node list PMIX_NODE_LIST %q, so the nodes cannot "+
-				"be numbered 0..%d", in.NodeID, in.NumNodes, in.Hostname, nlist, in.NumNodes-1)
-		}
-	} else if in.NodeID >= in.NumNodes {
-		return in, fmt.Errorf("pmixkv: this rank's PMIX_NODEID is %d but the job has %d nodes (PMIX_NUM_NODES), "+
-			"and without the job's node list (PMIX_NODE_LIST: %v) and this proc's host name (PMIX_HOSTNAME: %q) "+
-			"the nodes cannot be numbered 0..%d", in.NodeID, in.NumNodes, err, in.Hostname, in.NumNodes-1)
 	}
-	// No list to go by, but the launcher's numbering fits: keep it.
+	// The node's ranks.
+	switch {
+	case f.LocalPeers != nil:
+		peers, err := parseRanks(*f.LocalPeers)
+		if err != nil {
+			return in, fmt.Errorf("pmixkv: PMIX_LOCAL_PEERS %q: %w", *f.LocalPeers, err)
+		}
+		in.LocalPeers = peers
+	case in.NumNodes == 1:
+		for r := 0; r < in.Size; r++ {
+			in.LocalPeers = append(in.LocalPeers, r)
+		}
+	}
+	switch {
+	case f.LocalSize != nil:
+		in.LocalSize = *f.LocalSize
+	case in.LocalPeers != nil:
+		in.LocalSize = len(in.LocalPeers)
+	default:
+		return in, missing("pmix.local.size", "(no local peers PMIX_LOCAL_PEERS either)")
+	}
+	switch {
+	case f.LocalRank != nil:
+		in.LocalRank = *f.LocalRank
+	case in.LocalPeers != nil:
+		in.LocalRank = sort.SearchInts(in.LocalPeers, in.Rank)
+		if in.LocalRank >= len(in.LocalPeers) || in.LocalPeers[in.LocalRank] != in.Rank {
+			return in, fmt.Errorf("pmixkv: the PMIx server gave no pmix.lrank, and rank %d is not among "+
+				"the local peers %v", in.Rank, in.LocalPeers)
+		}
+	default:
+		return in, missing("pmix.lrank", "(no local peers PMIX_LOCAL_PEERS either)")
+	}
 	return in, checkInfo(in)
+}
+
+func describe(s *string, err error) string {
+	if s == nil {
+		return fmt.Sprintf("not given: %v", err)
+	}
+	return fmt.Sprintf("%q", *s)
 }
 
 // parseRanks parses a comma list of ranks ("0,1,2"; Slurm and Open MPI both use plain lists).
@@ -303,9 +401,14 @@ func (c *Client) Get(rank int, key string, timeout time.Duration) ([]byte, error
 			return nil, fmt.Errorf("%s: not answered within %v (last: %v): %w", op, timeout, err, ErrTimeout)
 		}
 		time.Sleep(min(backoff, max(time.Until(deadline), 0)))
-		backoff = min(2*backoff, 50*time.Millisecond)
+		// Short steps, as a hand-written client's 1 ms: the value usually comes within
+		// milliseconds, and every step of waiting too long is added to the rank's start.
+		backoff = min(2*backoff, maxBackoff)
 	}
 }
+
+// maxBackoff caps the pause between two Gets of a value that is not there yet.
+const maxBackoff = 2 * time.Millisecond
 
 // retryable reports whether a Get that failed with err may succeed later: the key is not there
 // yet (NOT-FOUND), or the server gave up by its own clock (PMIX_ERROR from Slurm after its

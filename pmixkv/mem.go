@@ -20,7 +20,6 @@ type MemJob struct {
 	fenceIn   int
 	fences    int
 	collects  int
-	gets      int
 }
 
 // NewMemJob makes a job of size ranks; nodeOf(rank) gives each rank's node id (nil: one node).
@@ -87,13 +86,6 @@ func (j *MemJob) CollectingFences() int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.collects
-}
-
-// Gets returns how many Get calls the job has seen.
-func (j *MemJob) Gets() int {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.gets
 }
 
 func (j *MemJob) notify() {
@@ -166,7 +158,6 @@ func (m *Mem) Get(rank int, key string, timeout time.Duration) ([]byte, error) {
 		return nil, fmt.Errorf("pmixkv: Get from rank %d, expected 0..%d", rank, j.size-1)
 	}
 	j.mu.Lock()
-	j.gets++
 	j.mu.Unlock()
 	var out []byte
 	err := m.wait(timeout, fmt.Sprintf("Get(rank %d, key %s)", rank, key), func() bool {

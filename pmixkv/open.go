@@ -12,6 +12,9 @@ type Options struct {
 	// Getenv reads the launcher variables for the fallback; nil means os.Getenv. A C library
 	// passes a C getenv here, because Go's copy of the environment is taken at load time.
 	Getenv func(string) string
+	// Session, when not nil, is a PMIx session opened in C before Go ran (see Session): Open
+	// takes it over instead of calling PMIx_Init.
+	Session Session
 }
 
 // Open connects to the job's PMIx server. Without one (PMIx_Init: UNREACH) it reads the
@@ -19,7 +22,7 @@ type Options struct {
 // can be exchanged without a server. Any other case returns an error matching ErrNeedServer that
 // says how to launch.
 func Open(opts Options) (KV, error) {
-	c, err := NewClient()
+	c, err := newClient(opts.Session)
 	if err == nil {
 		return c, nil
 	}

@@ -20,7 +20,7 @@
 #define PK_FUNCTIONS(X)                                                                            \
     X(PMIx_Init) X(PMIx_Finalize) X(PMIx_Abort) X(PMIx_Error_string) X(PMIx_Get) X(PMIx_Get_nb)     \
     X(PMIx_Put) X(PMIx_Commit) X(PMIx_Fence_nb) X(PMIx_Info_load) X(PMIx_Value_destruct)           \
-    X(PMIx_Value_xfer)
+    X(PMIx_Value_xfer) X(PMIx_Register_event_handler)
 #define PK_POINTER(f) static __typeof__(f) *pk_##f;
 PK_FUNCTIONS(PK_POINTER)
 #define PMIx_Init (*pk_PMIx_Init)
@@ -35,21 +35,24 @@ PK_FUNCTIONS(PK_POINTER)
 #define PMIx_Info_load (*pk_PMIx_Info_load)
 #define PMIx_Value_destruct (*pk_PMIx_Value_destruct)
 #define PMIx_Value_xfer (*pk_PMIx_Value_xfer)
+#define PMIx_Register_event_handler (*pk_PMIx_Register_event_handler)
 
 static pthread_once_t pk_once = PTHREAD_ONCE_INIT;
 static int pk_loaded;
 static char pk_load_err[512];
 
 /* The library: $GPUHELPER_PMIX_LIBRARY if set, else libpmix.so.2 (found through this object's
- * RUNPATH, the build's PMIx libdir, then the loader's usual search). RTLD_GLOBAL, as PMIx's
- * own plugins may expect its symbols there. */
+ * RUNPATH, the build's PMIx libdir, then the loader's usual search). RTLD_LOCAL: its symbols
+ * must not become the process's, where an MPI library with a PMIx of its own, loaded later,
+ * would bind to ours (PMIx 4 builds its plugins into the library, so none needs them global).
+ * A libpmix the program itself links is the same object, shared. */
 static void pk_load(void)
 {
     const char *name = getenv("GPUHELPER_PMIX_LIBRARY");
     void *h;
     if (name == NULL || *name == '\0')
         name = "libpmix.so.2";
-    h = dlopen(name, RTLD_NOW | RTLD_GLOBAL);
+    h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (h == NULL) {
         const char *e = dlerror();
         snprintf(pk_load_err, sizeof(pk_load_err), "dlopen(%s) failed: %s", name, e ? e : "?");
@@ -83,26 +86,158 @@ const char *pk_strerror(int rc)
     return PMIx_Error_string(rc);
 }
 
-int pk_init(char *nspace, size_t nspace_len, uint32_t *rank)
+static int pk_is_live;
+static char pk_ns[PMIX_MAX_NSLEN + 1]; /* this process's namespace and rank, once open */
+static pmix_rank_t pk_me;
+static pthread_mutex_t pk_live_mu = PTHREAD_MUTEX_INITIALIZER;
+
+int pk_live(void)
 {
-    pmix_proc_t me;
-    memset(&me, 0, sizeof(me));
-    if (*pk_library_error() != '\0')
-        return PMIX_ERR_UNREACH; /* no PMIx here: no server to reach either */
-    pmix_status_t rc = PMIx_Init(&me, NULL, 0);
+    int v;
+    pthread_mutex_lock(&pk_live_mu);
+    v = pk_is_live;
+    pthread_mutex_unlock(&pk_live_mu);
+    return v;
+}
+
+/* A blocking Get of a number (any integer type, or a decimal string). */
+static int get_number(const pmix_proc_t *p, const char *key, uint64_t *out);
+
+static int get_string(const pmix_proc_t *p, const char *key, char **out)
+{
+    pmix_value_t *v = NULL;
+    pmix_status_t rc = PMIx_Get(p, key, NULL, 0, &v);
+    *out = NULL;
     if (rc != PMIX_SUCCESS)
         return rc;
-    if (nspace_len == 0)
-        return PMIX_ERR_BAD_PARAM;
-    strncpy(nspace, me.nspace, nspace_len - 1);
-    nspace[nspace_len - 1] = '\0';
-    *rank = me.rank;
+    if (v == NULL)
+        return PMIX_ERR_NOT_FOUND;
+    if (v->type != PMIX_STRING || v->data.string == NULL)
+        rc = PMIX_ERR_TYPE_MISMATCH;
+    else if ((*out = strdup(v->data.string)) == NULL)
+        rc = PMIX_ERR_NOMEM;
+    PMIX_VALUE_RELEASE(v);
+    return rc;
+}
+
+int pk_open(struct pk_session *s)
+{
+    pmix_proc_t me, wild;
+    memset(s, 0, sizeof(*s));
+    memset(&me, 0, sizeof(me));
+    if (*pk_library_error() != '\0')
+        return s->rc = PMIX_ERR_UNREACH; /* no PMIx here: no server to reach either */
+    if ((s->rc = PMIx_Init(&me, NULL, 0)) != PMIX_SUCCESS)
+        return s->rc;
+    pthread_mutex_lock(&pk_live_mu);
+    pk_is_live = 1;
+    pthread_mutex_unlock(&pk_live_mu);
+    snprintf(s->nspace, sizeof(s->nspace), "%s", me.nspace);
+    s->rank = me.rank;
+    snprintf(pk_ns, sizeof(pk_ns), "%s", me.nspace);
+    pk_me = me.rank;
+    /* The same Gets, in the same order, as a hand-written client (bench/c/raw_pmix.c), and
+     * the node list: job facts with the wildcard rank, then this process's own. */
+    PMIX_LOAD_PROCID(&wild, me.nspace, PMIX_RANK_WILDCARD);
+    s->size_rc = get_number(&wild, PMIX_JOB_SIZE, &s->size);
+    s->local_size_rc = get_number(&wild, PMIX_LOCAL_SIZE, &s->local_size);
+    s->num_nodes_rc = get_number(&wild, PMIX_NUM_NODES, &s->num_nodes);
+    s->lpeers_rc = get_string(&wild, PMIX_LOCAL_PEERS, &s->lpeers);
+    s->nlist_rc = get_string(&wild, PMIX_NODE_LIST, &s->nlist);
+    s->local_rank_rc = get_number(&me, PMIX_LOCAL_RANK, &s->local_rank);
+    s->node_id_rc = get_number(&me, PMIX_NODEID, &s->node_id);
+    s->hostname_rc = get_string(&me, PMIX_HOSTNAME, &s->hostname);
     return PMIX_SUCCESS;
 }
 
-int pk_finalize(void) { return PMIx_Finalize(NULL, 0); }
+int pk_finalize(void)
+{
+    pthread_mutex_lock(&pk_live_mu);
+    pk_is_live = 0;
+    pthread_mutex_unlock(&pk_live_mu);
+    return PMIx_Finalize(NULL, 0);
+}
 
-int pk_abort(int status, const char *msg) { return PMIx_Abort(status, msg, NULL, 0); }
+int pk_abort(int status, const char *msg)
+{
+    if (!pk_live())
+        return PMIX_ERR_INIT;
+    return PMIx_Abort(status, msg, NULL, 0);
+}
+
+/* Deaths of other processes of the job, from the event handler; req_wait looks every
+ * PK_DEAD_POLL_MS while it waits. */
+#define PK_DEAD_POLL_MS 100
+static pthread_mutex_t pk_dead_mu = PTHREAD_MUTEX_INITIALIZER;
+static long pk_dead_rank = -1;
+static int pk_dead_status;
+static char pk_dead_why[128];
+
+int pk_err_proc_aborted(void) { return PMIX_ERR_PROC_ABORTED; }
+
+long pk_dead(int *status, char *why, size_t why_len)
+{
+    long r;
+    pthread_mutex_lock(&pk_dead_mu);
+    r = pk_dead_rank;
+    if (status != NULL)
+        *status = pk_dead_status;
+    if (why != NULL && why_len > 0)
+        snprintf(why, why_len, "%s", pk_dead_why);
+    pthread_mutex_unlock(&pk_dead_mu);
+    return r;
+}
+
+
+static void pk_on_death(size_t id, pmix_status_t status, const pmix_proc_t *source, pmix_info_t info[],
+                        size_t ninfo, pmix_info_t results[], size_t nresults,
+                        pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata)
+{
+    const pmix_proc_t *who = NULL;
+    (void)id;
+    (void)results;
+    (void)nresults;
+    for (size_t i = 0; i < ninfo; i++)
+        if (PMIX_CHECK_KEY(&info[i], PMIX_EVENT_AFFECTED_PROC) && info[i].value.type == PMIX_PROC)
+            who = info[i].value.data.proc;
+    if (who == NULL)
+        who = source;
+    /* Our own job's other processes only; an event about this process or another job is not
+     * a peer's death. */
+    if (who != NULL && strncmp(who->nspace, pk_ns, PMIX_MAX_NSLEN) == 0 && who->rank != pk_me &&
+        who->rank < PMIX_RANK_VALID) {
+        pthread_mutex_lock(&pk_dead_mu);
+        if (pk_dead_rank < 0) {
+            pk_dead_rank = (long)who->rank;
+            pk_dead_status = status;
+            snprintf(pk_dead_why, sizeof(pk_dead_why), "%s", PMIx_Error_string(status));
+        }
+        pthread_mutex_unlock(&pk_dead_mu);
+    }
+    if (cbfunc != NULL)
+        cbfunc(PMIX_SUCCESS, NULL, 0, NULL, NULL, cbdata);
+}
+
+static void pk_watch_done(pmix_status_t status, size_t ref, void *cbdata)
+{
+    (void)status;
+    (void)ref;
+    (void)cbdata;
+}
+
+/* Abnormal ends only: a process that ends normally (PMIX_PROC_TERMINATED) has finalized, and
+ * gpuhelper_finalize is a barrier, so nobody waits for it any more. */
+int pk_watch(void)
+{
+    pmix_status_t codes[] = {PMIX_ERR_PROC_ABORTED, PMIX_ERR_PROC_TERM_WO_SYNC, PMIX_ERR_PROC_ABORTED_BY_SIG,
+                             PMIX_ERR_PROC_ABORTING};
+    pmix_status_t rc;
+    if (!pk_live())
+        return PMIX_ERR_INIT;
+    /* Non-blocking: the registration's round trip to the server must not delay the caller. */
+    rc = PMIx_Register_event_handler(codes, sizeof(codes) / sizeof(codes[0]), NULL, 0, pk_on_death, pk_watch_done, NULL);
+    return rc < 0 ? rc : PMIX_SUCCESS;
+}
 
 /* A non-blocking request waited for with our own deadline. PMIX_TIMEOUT alone is not enough:
  * Slurm's mpi/pmix forwards a Get for a remote rank's key to that node and waits there with its
@@ -202,8 +337,27 @@ static pmix_status_t req_wait(struct req *r, int timeout_ms, pmix_value_t **val)
     }
     pthread_mutex_lock(&r->mu);
     while (!r->done) {
-        int e = pthread_cond_timedwait(&r->cv, &r->mu, &dl);
-        if (e == ETIMEDOUT && !r->done) {
+        /* Wake up every PK_DEAD_POLL_MS to see whether another process of the job died: then
+         * the data may never come, and waiting out the deadline helps nobody. */
+        struct timespec now, slice;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        slice = now;
+        slice.tv_nsec += PK_DEAD_POLL_MS * 1000000L;
+        if (slice.tv_nsec >= 1000000000L) {
+            slice.tv_sec++;
+            slice.tv_nsec -= 1000000000L;
+        }
+        int last = slice.tv_sec > dl.tv_sec || (slice.tv_sec == dl.tv_sec && slice.tv_nsec >= dl.tv_nsec);
+        if (last)
+            slice = dl;
+        int e = pthread_cond_timedwait(&r->cv, &r->mu, &slice);
+        if (r->done)
+            break;
+        if (pk_dead(NULL, NULL, 0) >= 0) {
+            req_put(r);
+            return PMIX_ERR_PROC_ABORTED;
+        }
+        if (e == ETIMEDOUT && last) {
             req_put(r);
             return PMIX_ERR_TIMEOUT;
         }
@@ -256,14 +410,11 @@ static int get(const char *nspace, uint32_t rank, const char *key, int timeout_m
     return rc;
 }
 
-int pk_get_number(const char *nspace, uint32_t rank, const char *key, int timeout_ms, uint64_t *out)
+/* to_number converts a value of any integer type, or a decimal string, and releases it:
+ * launchers differ in the types they use (Slurm and Open MPI). */
+static int to_number(pmix_value_t *v, uint64_t *out)
 {
-    pmix_value_t *v = NULL;
-    pmix_status_t rc = get(nspace, rank, key, timeout_ms, &v);
-    if (rc != PMIX_SUCCESS)
-        return rc;
-    /* Launchers differ in the types they use (Slurm and Open MPI): convert by type. */
-    rc = PMIX_SUCCESS;
+    pmix_status_t rc = PMIX_SUCCESS;
     switch (v->type) {
     case PMIX_UINT8: *out = v->data.uint8; break;
     case PMIX_UINT16: *out = v->data.uint16; break;
@@ -295,6 +446,26 @@ int pk_get_number(const char *nspace, uint32_t rank, const char *key, int timeou
     }
     PMIX_VALUE_RELEASE(v);
     return rc;
+}
+
+int pk_get_number(const char *nspace, uint32_t rank, const char *key, int timeout_ms, uint64_t *out)
+{
+    pmix_value_t *v = NULL;
+    pmix_status_t rc = get(nspace, rank, key, timeout_ms, &v);
+    if (rc != PMIX_SUCCESS)
+        return rc;
+    return to_number(v, out);
+}
+
+static int get_number(const pmix_proc_t *p, const char *key, uint64_t *out)
+{
+    pmix_value_t *v = NULL;
+    pmix_status_t rc = PMIx_Get(p, key, NULL, 0, &v);
+    if (rc != PMIX_SUCCESS)
+        return rc;
+    if (v == NULL)
+        return PMIX_ERR_NOT_FOUND;
+    return to_number(v, out);
 }
 
 int pk_get_string(const char *nspace, uint32_t rank, const char *key, int timeout_ms, char **out)

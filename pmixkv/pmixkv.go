@@ -57,6 +57,9 @@ var (
 	// ErrNeedServer is returned by Open when the job has more than one process but no
 	// PMIx server to exchange data through.
 	ErrNeedServer = errors.New("a job of several processes needs a PMIx server")
+	// ErrPeerDied means another process of the job ended abnormally (a PMIx event said so)
+	// while this one waited: the data it waited for may never come.
+	ErrPeerDied = errors.New("another process of the job ended")
 )
 
 // NodeIndex finds host in nodeList, a job's comma-separated node list (PMIX_NODE_LIST), and

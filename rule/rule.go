@@ -9,6 +9,40 @@ package rule
 #include <stdio.h>
 #include <stdlib.h>
 #include "table.h"
+#include "fabric.h"
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+// Device nodes a test says the task may not open ("\n"-separated), for the call of
+// go_warning on this thread; others are asked with access(2).
+static __thread const char *go_denied;
+
+static int go_can_open(const char *dev)
+{
+	size_t l = strlen(dev);
+
+	for (const char *p = go_denied; p && *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t n = nl ? (size_t) (nl - p) : strlen(p);
+
+		if (n == l && !strncmp(p, dev, l))
+			return EACCES;
+		p += n + (nl ? 1 : 0);
+	}
+	return access(dev, R_OK | W_OK) ? errno : 0;
+}
+
+static int go_warning(const struct gb_table *t, const struct gb_result *r,
+		      int lid, const char *denied, char *buf, size_t len)
+{
+	int rc;
+
+	go_denied = denied;
+	rc = gb_fabric_warning(t, r, lid, go_can_open, buf, len);
+	go_denied = NULL;
+	return rc;
+}
 
 // A CPU list ("" = unknown) into set; returns 0, 1 when unknown, -1 when bad.
 static int go_cpus(const char *list, cpu_set_t *set)
@@ -135,6 +169,9 @@ type Task struct {
 	BindList string // SLURM_CPU_BIND_LIST ("" when unset)
 	Own      string // the task's affinity as a CPU list ("" when unknown)
 	Step     string // the step's CPUs (its cpuset) ("" when unknown: the whole node)
+	// Denied are device nodes the task may not open (an IMEX channel outside the job's
+	// device cgroup); the others are asked with access(2).
+	Denied []string
 }
 
 // Result is the rule's answer for one task.
@@ -144,6 +181,9 @@ type Result struct {
 	CPUs    string   // CPU list to bind the task to (cpus flag), "" for none
 	Env     []string // NAME=VALUE, as the front end sets them
 	LogLine string   // the mapping line, without the "gpubind: " prefix of the log
+	// Warning is what the task prints on the user's terminal about its multi-node
+	// NVLink fabric or IMEX channel ("" none), without "gpubind: warning: ".
+	Warning string
 }
 
 // Apply runs the per-task rule for one task.
@@ -179,5 +219,10 @@ func (t *Table) Apply(k Task) (Result, error) {
 		return Result{}, errors.New("log line too long")
 	}
 	res.LogLine = C.GoString(&buf[0])
+	denied := C.CString(strings.Join(k.Denied, "\n"))
+	defer C.free(unsafe.Pointer(denied))
+	if C.go_warning(t.c, &r, C.int(k.Local), denied, &buf[0], C.size_t(len(buf))) != 0 {
+		res.Warning = C.GoString(&buf[0])
+	}
 	return res, nil
 }

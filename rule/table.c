@@ -4,6 +4,7 @@
  * into package rule (rule.go).
  */
 #include "table.h"
+#include "fabric.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -274,6 +275,7 @@ void gb_table_free(struct gb_table *t)
 		for (int i = 0; i < t->ntasks; i++)
 			free(t->tasks[i].gpus);
 	free(t->tasks);
+	gb_fabric_free(t);
 	memset(t, 0, sizeof(*t));
 }
 
@@ -610,6 +612,17 @@ static int line_task(struct parser *ps, char **f, int nf)
 	return 0;
 }
 
+/* Multi-node NVLink lines: parsed in fabric.c. */
+static int line_fabric(struct parser *ps, char **f, int nf)
+{
+	return gb_fabric_line(ps->t, f, nf);
+}
+
+static int line_imex(struct parser *ps, char **f, int nf)
+{
+	return gb_imex_line(ps->t, f, nf);
+}
+
 /* The line types of PROTOCOL.md section 2 but "message", by first field. */
 static const struct line_type {
 	const char *name;
@@ -630,6 +643,8 @@ static const struct line_type {
 	{ "depends", 2, 2, line_depends },
 	{ "fallback", 2, 2, line_fallback },
 	{ "task", 4, 4, line_task },
+	{ "fabric", 7, 7, line_fabric },
+	{ "imex", 2, 2, line_imex },
 };
 
 /* One line (NUL-terminated, without its newline), by its type. */
@@ -741,6 +756,8 @@ static int validate(struct parser *ps)
 			return -1;
 		}
 	}
+	if (gb_fabric_validate(t, ps->err, ps->errlen))
+		return -1;
 	if (index_units(t)) {
 		seterr(ps->err, ps->errlen,
 		       "out of memory while reading the plan");
@@ -1313,7 +1330,7 @@ int gb_result_env(const struct gb_table *t, const struct gb_result *r,
 		if ((rc = set(ctx, env_vars[v].name, val, env_vars[v].overwrite)))
 			return rc;
 	}
-	return 0;
+	return gb_fabric_env(t, r, set, ctx);
 }
 
 int gb_result_logline(const struct gb_table *t, const struct gb_result *r,
@@ -1344,6 +1361,7 @@ int gb_result_logline(const struct gb_table *t, const struct gb_result *r,
 		       g->numa);
 		if ((t->flags & GB_FLAG_NIC) && g->nic[0])
 			sb_add(&b, " nic %s", g->nic);
+		sb_add(&b, "%s", gb_fabric_desc(t, r->gpus[i]));
 	}
 	return b.bad ? -1 : 0;
 }

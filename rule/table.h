@@ -60,6 +60,8 @@ struct gb_gpu {
 	char dev[256];     /* device node Slurm constrains (gres.conf File=) or "" */
 };
 
+struct gb_fabric;
+
 struct gb_numa {
 	int node;
 	cpu_set_t cpus;
@@ -104,6 +106,8 @@ struct gb_table {
 	int *unit_used;       /* per unit: tasks that took it so far */
 	cpu_set_t *bind_mask; /* per task: gb_binds_parse's entries */
 	unsigned char *bind_valid;
+	/* "fabric" and "imex" lines (fabric.h); NULL when there are none. */
+	struct gb_fabric *fabric;
 };
 
 /*

@@ -67,7 +67,7 @@ DEMOS+=(demo_pmix)
 # DGX H100 fixture (NUMA 0 = CPU 0, NUMA 1 = CPU 1)
 # instead of this machine's (GPU-less) sysfs; the discovery cache stays in the build dir.
 GPUBIND_CACHE=$BUILD/gpubind-cache
-CLUSTER_ARGS+=(-cpus 8 -plugstack "required $BUILD/spank_gpubind.so source=sysfs root=$ROOT/tests/fixtures/dgxh100-2cpu cache_dir=$GPUBIND_CACHE")
+CLUSTER_ARGS+=(-cpus 8 -plugstack "required $BUILD/spank_gpubind.so launcher=$BUILD/gpubind-launcher source=sysfs root=$ROOT/tests/fixtures/dgxh100-2cpu cache_dir=$GPUBIND_CACHE")
 
 demo_gpu_bind_topo() {
 	section "--gpu-bind-topo: 8 tasks on the DGX H100 fixture, each bound to its own GPU"

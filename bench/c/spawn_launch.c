@@ -8,9 +8,13 @@
  *          pipe as fd 3 and the request on fd 0; the launcher dlopens the same
  *          c-shared engine and runs it. Nothing but exec happens after fork.
  *
+ *   goprog posix_spawn of gpubind-launcher (the engine package built as a Go
+ *          program, what the plugin runs): argv "plan PPID TIMEOUT_MS", the
+ *          request on fd 0, the table on fd 3. Only with GO_LAUNCHER given.
+ *
  * The parent holds THREADS idle threads and a RSS_MB heap, like slurmstepd.
  *   cc -O2 -Wall -Wextra -Werror -o spawn_launch spawn_launch.c -ldl -lpthread
- *   ./spawn_launch ENGINE.so REQUESTFILE N [THREADS [RSS_MB]]
+ *   ./spawn_launch ENGINE.so REQUESTFILE N [THREADS [RSS_MB [GO_LAUNCHER]]]
  *   (launcher mode, internal: ./spawn_launch --launcher ENGINE.so)
  */
 #define _GNU_SOURCE
@@ -117,7 +121,12 @@ static double run_spawn(const char *self, const char *engine, const char *req,
 	double t0 = now_ms();
 	pid_t pid;
 	posix_spawn_file_actions_t fa;
+	char ppid[24];
 	char *argv[] = { (char *) self, "--launcher", (char *) engine, NULL };
+	char *goargv[] = { (char *) self, "plan", ppid, "10000", NULL };
+	char *goenv[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOGC=off", NULL };
+
+	snprintf(ppid, sizeof(ppid), "%d", (int) getpid());
 
 	if (pipe2(p, O_CLOEXEC) || pipe2(in, O_CLOEXEC)) {
 		perror("gpubind: pipe2");
@@ -126,7 +135,8 @@ static double run_spawn(const char *self, const char *engine, const char *req,
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, in[0], 0);
 	posix_spawn_file_actions_adddup2(&fa, p[1], 3);
-	if ((errno = posix_spawn(&pid, self, &fa, NULL, argv, environ))) {
+	if ((errno = posix_spawn(&pid, self, &fa, NULL, engine ? argv : goargv,
+				 engine ? environ : goenv))) {
 		perror("gpubind: posix_spawn");
 		exit(1);
 	}
@@ -159,8 +169,9 @@ static void *idle(void *arg)
 int main(int argc, char **argv)
 {
 	static char req[1 << 16];
-	double *tf, *ts;
-	size_t outf = 0, outs = 0, len;
+	double *tf, *ts, *tg;
+	size_t outf = 0, outs = 0, outg = 0, len;
+	const char *golauncher = argc > 6 ? argv[6] : NULL;
 	int n, threads = 0, rss = 0;
 	FILE *f;
 	char self[4096];
@@ -207,17 +218,28 @@ int main(int argc, char **argv)
 	self[sl] = '\0';
 	tf = calloc(n, sizeof(*tf));
 	ts = calloc(n, sizeof(*ts));
+	tg = calloc(n, sizeof(*tg));
 	(void) run_fork(argv[1], req, &outf); /* warm caches */
 	(void) run_spawn(self, argv[1], req, &outs);
+	if (golauncher)
+		(void) run_spawn(golauncher, NULL, req, &outg);
 	for (int i = 0; i < n; i++) { /* alternated */
 		tf[i] = run_fork(argv[1], req, &outf);
 		ts[i] = run_spawn(self, argv[1], req, &outs);
+		if (golauncher)
+			tg[i] = run_spawn(golauncher, NULL, req, &outg);
 	}
 	qsort(tf, n, sizeof(*tf), cmp);
 	qsort(ts, n, sizeof(*ts), cmp);
+	qsort(tg, n, sizeof(*tg), cmp);
 	printf("fork  median %.2f ms min %.2f (table %zu bytes)\n", tf[n / 2], tf[0], outf);
 	printf("spawn median %.2f ms min %.2f (table %zu bytes)\n", ts[n / 2], ts[0], outs);
 	printf("spawn - fork %.2f ms per step (%d runs alternated, parent %d threads, %d MB touched)\n",
 	       ts[n / 2] - tf[n / 2], n, threads, rss);
+	if (golauncher) {
+		printf("goprog median %.2f ms min %.2f (table %zu bytes)\n", tg[n / 2], tg[0], outg);
+		printf("goprog / spawn %.3f (Go program against C launcher dlopening the engine)\n",
+		       tg[n / 2] / ts[n / 2]);
+	}
 	return 0;
 }

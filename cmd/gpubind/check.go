@@ -64,6 +64,7 @@ type checker struct {
 	sysRoot       string                // where the plugin reads sysfs ("" the host)
 	topo          *gpubind.Topology     // the driver's GPUs as the plugin sees them
 	topoErr       error
+	nvTopo        *gpubind.Topology // what NVML said (checkNVML), nil when not loaded
 	items         []checkItem
 }
 
@@ -153,8 +154,11 @@ func (c *checker) run() []checkItem {
 	c.driverTopology()
 	c.checkPlugin()
 	c.checkEngine()
+	c.checkLauncher()
 	c.checkGres()
 	c.checkNVML()
+	c.checkFabric() // check_fabric.go: multi-node NVLink and IMEX
+	c.checkIMEX()
 	c.checkCacheDir()
 	c.checkCgroup()
 	c.checkSlurmConf()
@@ -385,10 +389,10 @@ func (c *checker) checkGres() {
 		if v, ok := c.args["gres_conf"]; ok {
 			path = c.under(v)
 		} else {
-			path = filepath.Join(c.confDir(), "gres.conf")
+			path = gpubind.GresConfPath("", c.slurmConf)
 		}
 	}
-	// As gpubind.LoadGresConf reads it, with absolute Include paths in the checked tree.
+	// As gpubind.LoadNodeConf reads it, with absolute Include paths in the checked tree.
 	lines, err := gpubind.ReadConf(path, gpubind.ConfSlurm, c.under)
 	var gc *gpubind.GresConf
 	if err != nil {
@@ -456,6 +460,7 @@ func (c *checker) checkNVML() {
 		c.add("nvml", statusWarn, "NVML does not load (%v): discovery uses sysfs only", err)
 		return
 	}
+	c.nvTopo = nv
 	if c.topoErr != nil {
 		c.add("nvml", statusFail, "NVML loads but sysfs does not: %v", c.topoErr)
 		return
@@ -485,7 +490,7 @@ func (c *checker) checkNVML() {
 }
 
 func (c *checker) checkCacheDir() {
-	dir := "/run/gpubind"
+	dir := gpubind.DefaultCacheDir
 	if v, ok := c.args["cache_dir"]; ok {
 		dir = v
 	}
@@ -518,8 +523,8 @@ func (c *checker) checkCacheDir() {
 	c.add("cache_dir", statusOK, "%s is root-owned, mode %v", p, fi.Mode().Perm())
 }
 
-// checkCgroup reads the cgroup mounts as the plugin does (mountinfo) and says whether the
-// isolate and cpus flags can work.
+// checkCgroup reads the cgroup mounts from mountinfo and says whether the isolate and cpus
+// flags can work. Its parser is its own, not the plugin's (spank/frontend/cgroup_common.c).
 func (c *checker) checkCgroup() {
 	mi := c.under("/proc/self/mountinfo")
 	// Not ReadSmallFile: procfs files report size 0.

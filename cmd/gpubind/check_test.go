@@ -110,6 +110,11 @@ func healthyNode(t *testing.T) *node {
 			t.Fatalf("%v\n%s", err, out)
 		}
 	}
+	// The launcher where the plugin was built to find it (testbuild: next to it).
+	l := filepath.Join(plug, testbuild.LauncherName)
+	if out, err := exec.Command("install", "-D", "-m", "0755", l, filepath.Join(root, l)).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
 	if err := os.MkdirAll(filepath.Join(root, "run/gpubind"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +154,7 @@ func (n *node) check(t *testing.T, extra ...string) (int, map[string]checkItem) 
 	return rc, items
 }
 
-var checkNames = []string{"slurmd", "plugstack", "plugin", "engine", "gres", "nvml", "cache_dir", "cgroup", "slurm.conf"}
+var checkNames = []string{"slurmd", "plugstack", "plugin", "engine", "launcher", "gres", "nvml", "fabric", "imex", "cache_dir", "cgroup", "slurm.conf"}
 
 // expect checks that item want has status, with a reason matching re, and that every
 // other item is ok: one fault, reported by its own name.
@@ -213,6 +218,42 @@ func TestCheckEngineMissing(t *testing.T) {
 	}
 	rc, items := n.check(t)
 	expect(t, rc, items, "engine", statusFail, `gpubind_engine\.so: no such file`)
+}
+
+// The launcher: found where the plugin was built to look, and refused, by name, when it is
+// missing or others can write it or the engine.
+func TestCheckLauncher(t *testing.T) {
+	l := filepath.Join(builtPlugin(t), testbuild.LauncherName)
+	t.Run("missing", func(t *testing.T) {
+		n := healthyNode(t)
+		if err := os.Remove(filepath.Join(n.root, l)); err != nil {
+			t.Fatal(err)
+		}
+		rc, items := n.check(t)
+		expect(t, rc, items, "launcher", statusFail, `launcher .*/gpubind-launcher: no such file .*/usr/libexec/gpubind`)
+	})
+	t.Run("world-writable", func(t *testing.T) {
+		n := healthyNode(t)
+		if err := os.Chmod(filepath.Join(n.root, l), 0o777); err != nil {
+			t.Fatal(err)
+		}
+		rc, items := n.check(t)
+		expect(t, rc, items, "launcher", statusFail, `launcher .*/gpubind-launcher is writable by group or others \(mode 0777\)`)
+	})
+	t.Run("group-writable engine", func(t *testing.T) {
+		n := healthyNode(t)
+		if err := os.Chmod(filepath.Join(n.root, fixturePluginDir, "gpubind_engine.so"), 0o775); err != nil {
+			t.Fatal(err)
+		}
+		rc, items := n.check(t)
+		expect(t, rc, items, "launcher", statusFail, `engine .*gpubind_engine\.so is writable by group or others \(mode 0775\)`)
+	})
+	t.Run("launcher=", func(t *testing.T) {
+		n := healthyNode(t)
+		setPlugstack(t, n.root, "required "+fixturePluginDir+"/spank_gpubind.so mode=enforce default=off cache_dir=/run/gpubind launcher=/opt/gb/launcher")
+		rc, items := n.check(t)
+		expect(t, rc, items, "launcher", statusFail, `launcher .*/opt/gb/launcher: no such file`)
+	})
 }
 
 func TestCheckBadPlugstackArgument(t *testing.T) {

@@ -325,6 +325,9 @@ func cmdPlan(args []string, stdout, stderr io.Writer) error {
 			jt.GPUs = append(jt.GPUs, jsonGPU{Index: g.NVMLIndex, BusID: g.BusID, UUID: g.UUID, NUMA: g.NUMA})
 		}
 		out = append(out, jt)
+		if b.Warning != "" {
+			fmt.Fprintf(stderr, "gpubind: warning: %s\n", b.Warning)
+		}
 		text.WriteString("gpubind: " + b.LogLine)
 		if s := cpus.String(); s != "" {
 			text.WriteString(" cpus " + s)

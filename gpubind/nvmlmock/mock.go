@@ -1,7 +1,8 @@
 // Package nvmlmock builds a go-nvml mock server (github.com/NVIDIA/go-nvml/pkg/nvml/mock)
 // that reports a given topology: PCI bus ids, UUIDs, minors, NUMA nodes, CPU affinity,
 // NVLinks (through an NVSwitch when every pair has the same link count) and MIG
-// instances. Tests and benchmarks use it to run the NVML backend without a GPU.
+// instances, and each GPU's multi-node NVLink fabric info (GetGpuFabricInfoV v3/v2 and
+// GetGpuFabricInfo v1). Tests and benchmarks use it to run the NVML backend without a GPU.
 package nvmlmock
 
 import (
@@ -51,6 +52,9 @@ func New(t *gpubind.Topology) *server.Server {
 		d.UUID, d.PciBusID, d.Minor, d.Index = g.UUID, g.BusID, g.Minor, i
 		d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return pciInfo(g.BusID), nvml.SUCCESS }
 		d.GetNumaNodeIdFunc = func() (int, nvml.Return) {
+			if len(g.MemoryNUMA) > 0 {
+				return g.MemoryNUMA[0], nvml.SUCCESS // Grace: NVML names the GPU's memory node
+			}
 			if g.NUMA < 0 {
 				return 0, nvml.ERROR_NOT_SUPPORTED
 			}
@@ -90,6 +94,7 @@ func New(t *gpubind.Topology) *server.Server {
 			}
 			return pciInfo(remotes[link]), nvml.SUCCESS
 		}
+		s.Devices[i] = newDevice(d, g.Fabric)
 		migs := g.MIG
 		if len(migs) > 0 {
 			d.MigMode = nvml.DEVICE_MIG_ENABLE
@@ -107,6 +112,23 @@ func New(t *gpubind.Topology) *server.Server {
 				GetNameFunc:              func() (string, nvml.Return) { return m.Profile, nvml.SUCCESS },
 			}, nvml.SUCCESS
 		}
+	}
+	// The server's own look-ups expect its device type; ours wraps it.
+	s.DeviceGetHandleByUUIDFunc = func(uuid string) (nvml.Device, nvml.Return) {
+		for _, d := range s.Devices {
+			if d.(*Device).UUID == uuid {
+				return d, nvml.SUCCESS
+			}
+		}
+		return nil, nvml.ERROR_INVALID_ARGUMENT
+	}
+	s.DeviceGetHandleByPciBusIdFunc = func(busID string) (nvml.Device, nvml.Return) {
+		for _, d := range s.Devices {
+			if d.(*Device).PciBusID == busID {
+				return d, nvml.SUCCESS
+			}
+		}
+		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
 	return s
 }

@@ -11,7 +11,6 @@
 package gpusel
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -42,6 +41,9 @@ type Input struct {
 	LookupEnv func(string) (string, bool) // environment lookup (nil: os.LookupEnv)
 	Root      string                      // prefix for /sys and /proc ("" = "/"); test fixtures use a tree
 	LocalRank int
+	// Scan lists the GPUs under a root (nil: Scan); libgpuhelper passes one that a helper
+	// thread may have run already.
+	Scan func(root string) ([]GPU, error)
 }
 
 // GPU is one NVIDIA display/3D controller found in sysfs.
@@ -105,7 +107,11 @@ func Choose(in Input) (Choice, error) {
 	if getenv("GPUBIND_GPUS") != "" || getenv("GPUBIND_PCI_BUS_IDS") != "" {
 		return fromPlugin(getenv)
 	}
-	gpus, err := Scan(in.Root)
+	scan := in.Scan
+	if scan == nil {
+		scan = Scan
+	}
+	gpus, err := scan(in.Root)
 	if err != nil {
 		return Choice{}, err
 	}
@@ -178,6 +184,12 @@ func fromPlugin(getenv func(string) string) (Choice, error) {
 //     Slurm's ConstrainDevices; EACCES: file permissions), or is missing while other nvidiaN
 //     nodes exist (a container that was given only some GPUs).
 //
+// The devices looked at are the ones the nvidia driver names: its sysfs directory
+// (root/sys/bus/pci/drivers/nvidia/BUS links) and its procfs list (root/proc/driver/nvidia/gpus),
+// so the cost does not grow with the PCI devices of the host (hundreds on a large node, each
+// a few file reads). Only without either list (no nvidia driver) are all PCI devices walked.
+// Files are read with plain open/read/close (os.ReadFile makes about 9 system calls a file).
+//
 // access(2), not open(2): the device cgroup answers access(2) too (cgroup v1 devices list and v2
 // BPF program both act in inode_permission; tests/cgroup TestAccessSeesDeviceCgroup shows it
 // for both), it is what the gpubind plugin uses (spank/frontend/table.c gb_result_restrict), and
@@ -189,47 +201,71 @@ func Scan(root string) ([]GPU, error) {
 		root = "/"
 	}
 	dir := filepath.Join(root, "sys/bus/pci/devices")
-	ents, err := os.ReadDir(dir)
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", dir, err)
-	}
 	procDir := filepath.Join(root, "proc/driver/nvidia/gpus")
-	_, perr := os.Stat(procDir)
-	driverLoaded := perr == nil
-	nodes, _ := filepath.Glob(filepath.Join(root, "dev/nvidia[0-9]*"))
+	listed, driverLoaded := names(procDir)
+	bound, haveBound := names(filepath.Join(root, "sys/bus/pci/drivers/nvidia"))
+	var cands []string
+	if driverLoaded || haveBound {
+		seen := map[string]bool{}
+		for _, l := range [][]string{bound, listed} {
+			for _, n := range l {
+				if !seen[n] && isBusID(n) {
+					seen[n] = true
+					cands = append(cands, n)
+				}
+			}
+		}
+	} else {
+		all, ok := names(dir)
+		if !ok {
+			if _, err := os.Stat(dir); os.IsNotExist(err) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("reading %s: cannot list it", dir)
+		}
+		cands = all
+	}
+	inProc := map[string]bool{}
+	for _, n := range listed {
+		inProc[n] = true
+	}
+	var buf [4096]byte
 	var out []GPU
-	for _, e := range ents {
-		vendor, err1 := os.ReadFile(filepath.Join(dir, e.Name(), "vendor"))
-		class, err2 := os.ReadFile(filepath.Join(dir, e.Name(), "class"))
-		if err1 != nil || err2 != nil {
-			continue // not a complete device entry
+	nodes := -1 // whether any dev/nvidiaN exists: looked up once, only when needed
+	for _, name := range cands {
+		d := filepath.Join(dir, name)
+		vendor, ok := readSmall(filepath.Join(d, "vendor"), buf[:])
+		if !ok || !strings.EqualFold(vendor, "0x10de") {
+			continue // not a complete device entry, or not NVIDIA's
 		}
-		c := strings.ToLower(strings.TrimSpace(string(class)))
-		if strings.ToLower(strings.TrimSpace(string(vendor))) != "0x10de" ||
-			!(strings.HasPrefix(c, "0x0302") || strings.HasPrefix(c, "0x0300")) {
-			continue
+		class, ok := readSmall(filepath.Join(d, "class"), buf[:])
+		if c := strings.ToLower(class); !ok || !(strings.HasPrefix(c, "0x0302") || strings.HasPrefix(c, "0x0300")) {
+			continue // NVSwitch bridges, audio functions: not GPUs
 		}
-		bus, err := NormalizeBusID(e.Name())
+		bus, err := NormalizeBusID(name)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, e.Name()), err)
+			return nil, fmt.Errorf("%s: %w", d, err)
 		}
-		info, inProc := procInfo(root, bus)
-		if drv, err := os.Readlink(filepath.Join(dir, e.Name(), "driver")); err == nil {
+		if drv, err := os.Readlink(filepath.Join(d, "driver")); err == nil {
 			if filepath.Base(drv) != "nvidia" {
 				continue // vfio-pci, nouveau, ...: not for CUDA
 			}
-		} else if driverLoaded && !inProc {
+		} else if driverLoaded && !inProc[name] && !inProc[bus] {
 			continue // the nvidia driver does not drive it
 		}
-		g := GPU{BusID: bus, UUID: info["GPU UUID"], Minor: -1}
-		if m, err := strconv.Atoi(info["Device Minor"]); err == nil && m >= 0 {
-			g.Minor = m
+		g := GPU{BusID: bus, Minor: -1}
+		if info, ok := readSmall(filepath.Join(procDir, bus, "information"), buf[:]); ok {
+			g.UUID, g.Minor = parseInformation(info)
 		}
-		if g.Minor >= 0 && len(nodes) > 0 && !canUse(filepath.Join(root, "dev", fmt.Sprintf("nvidia%d", g.Minor))) {
-			continue
+		if g.Minor >= 0 {
+			err := access(filepath.Join(root, "dev", "nvidia"+strconv.Itoa(g.Minor)))
+			if errors.Is(err, syscall.ENOENT) && nodes < 0 {
+				m, _ := filepath.Glob(filepath.Join(root, "dev/nvidia[0-9]*"))
+				nodes = len(m)
+			}
+			if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) || (errors.Is(err, syscall.ENOENT) && nodes > 0) {
+				continue
+			}
 		}
 		out = append(out, g)
 	}
@@ -237,37 +273,71 @@ func Scan(root string) ([]GPU, error) {
 	return out, nil
 }
 
-// access is access(2) with R_OK|W_OK; a variable for tests (as root, file modes deny nothing).
-var access = func(path string) error { return syscall.Access(path, 6) }
+// isBusID says whether a directory entry is named like a PCI device (DOMAIN:BUS:DEV.FN), not
+// one of the driver directory's control files (bind, unbind, module, new_id, ...).
+func isBusID(name string) bool { return strings.Count(name, ":") == 2 && strings.Contains(name, ".") }
 
-// canUse reports whether the process may read and write the device node dev.
-func canUse(dev string) bool {
-	err := access(dev)
-	return !(errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENOENT))
-}
-
-// procInfo reads the NVIDIA driver's information file of a GPU ("GPU UUID: GPU-...",
-// "Device Minor: 3", ...); ok says whether the driver lists the GPU at all.
-func procInfo(root, bus string) (info map[string]string, ok bool) {
-	info = map[string]string{}
-	dir := filepath.Join(root, "proc/driver/nvidia/gpus", bus)
-	if _, err := os.Stat(dir); err != nil {
-		return info, false
-	}
-	f, err := os.Open(filepath.Join(dir, "information"))
+// names lists a directory's entries; ok is false when it cannot be read (it does not exist).
+func names(dir string) (list []string, ok bool) {
+	f, err := os.Open(dir)
 	if err != nil {
-		return info, true
+		return nil, false
 	}
 	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		k, v, ok := strings.Cut(s.Text(), ":")
-		if ok {
-			info[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	list, err = f.Readdirnames(-1)
+	return list, err == nil
+}
+
+// readSmall reads a small file (sysfs, procfs) with open/read/close into buf, and returns its
+// content without surrounding space; ok is false when it cannot be read.
+func readSmall(path string, buf []byte) (string, bool) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return "", false
+	}
+	defer syscall.Close(fd)
+	n := 0
+	for n < len(buf) {
+		k, err := syscall.Read(fd, buf[n:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return "", false
+		}
+		if k == 0 {
+			break
+		}
+		n += k
+	}
+	return strings.TrimSpace(string(buf[:n])), true
+}
+
+// parseInformation reads the NVIDIA driver's information file of a GPU ("GPU UUID: GPU-...",
+// "Device Minor: 3", ...): the UUID ("" if absent) and the minor (-1 if absent).
+func parseInformation(info string) (uuid string, minor int) {
+	minor = -1
+	for len(info) > 0 {
+		line, rest, _ := strings.Cut(info, "\n")
+		info = rest
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "GPU UUID":
+			uuid = strings.TrimSpace(v)
+		case "Device Minor":
+			if m, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && m >= 0 {
+				minor = m
+			}
 		}
 	}
-	return info, true
+	return uuid, minor
 }
+
+// access is access(2) with R_OK|W_OK; a variable for tests (as root, file modes deny nothing).
+var access = func(path string) error { return syscall.Access(path, 6) }
 
 // Visible applies CUDA_VISIBLE_DEVICES (value cvd; set says whether it is set at all) to gpus,
 // which must be the GPUs the process can use in the order CUDA numbers them (PCI order with

@@ -258,3 +258,85 @@ func TestChooseMIG(t *testing.T) {
 		t.Errorf("GPU then MIG, rank 0: %+v, %v", got, err)
 	}
 }
+
+// bigTree is a host of 300 PCI devices: 8 GPUs and 4 NVSwitches bound to the nvidia driver
+// (its sysfs directory links them, its procfs lists the GPUs), a GPU bound to vfio-pci, and
+// 287 other devices, as on a large GPU node.
+func bigTree(tb testing.TB) string {
+	tb.Helper()
+	root := tb.TempDir()
+	mk := func(err error) {
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	drv := filepath.Join(root, "sys/bus/pci/drivers/nvidia")
+	mk(os.MkdirAll(drv, 0o755))
+	mk(os.MkdirAll(filepath.Join(root, "sys/bus/pci/drivers/vfio-pci"), 0o755))
+	for _, f := range []string{"bind", "unbind", "new_id", "remove_id", "uevent"} {
+		mk(os.WriteFile(filepath.Join(drv, f), nil, 0o644))
+	}
+	mk(os.MkdirAll(filepath.Join(root, "dev"), 0o755))
+	dev := func(bus, vendor, class, driver string) {
+		d := filepath.Join(root, "sys/bus/pci/devices", bus)
+		mk(os.MkdirAll(d, 0o755))
+		mk(os.WriteFile(filepath.Join(d, "vendor"), []byte(vendor+"\n"), 0o644))
+		mk(os.WriteFile(filepath.Join(d, "class"), []byte(class+"\n"), 0o644))
+		if driver != "" {
+			mk(os.Symlink("../../drivers/"+driver, filepath.Join(d, "driver")))
+		}
+		if driver == "nvidia" {
+			mk(os.Symlink("../../devices/"+bus, filepath.Join(drv, bus)))
+		}
+	}
+	n := 0
+	for i := 0; i < 8; i++ {
+		bus := fmt.Sprintf("0000:%02x:00.0", 0x10+0x10*i)
+		dev(bus, "0x10de", "0x030200", "nvidia")
+		p := filepath.Join(root, "proc/driver/nvidia/gpus", bus)
+		mk(os.MkdirAll(p, 0o755))
+		mk(os.WriteFile(filepath.Join(p, "information"), []byte(fmt.Sprintf("Model: \t\t NVIDIA H100\nGPU UUID: \t GPU-%d\nDevice Minor: \t %d\n", i, i)), 0o644))
+		mk(os.WriteFile(filepath.Join(root, "dev", fmt.Sprintf("nvidia%d", i)), nil, 0o666))
+		n++
+	}
+	for i := 0; i < 4; i++ {
+		dev(fmt.Sprintf("0000:%02x:00.0", 0x95+i), "0x10de", "0x068000", "nvidia") // NVSwitch
+		n++
+	}
+	dev("0000:e0:00.0", "0x10de", "0x030200", "vfio-pci")
+	n++
+	for i := 0; n < 300; i++ {
+		dev(fmt.Sprintf("0001:%02x:%02x.%d", i/32, i%32, 0), "0x8086", "0x060400", "pcieport")
+		n++
+	}
+	return root
+}
+
+// The driver's lists give the same GPUs as the walk over every PCI device.
+func TestScanDriverLists(t *testing.T) {
+	root := bigTree(t)
+	fakeAccess(t)
+	got, err := Scan(root)
+	if err != nil || len(got) != 8 || got[0].BusID != "0000:10:00.0" || got[0].UUID != "GPU-0" || got[7].Minor != 7 {
+		t.Fatalf("Scan = %+v, %v; want the 8 GPUs bound to nvidia", got, err)
+	}
+	// The same tree without the driver's lists (no driver loaded): the walk finds the same 8
+	// (bound to nvidia by their driver links) and not the one bound to vfio-pci.
+	must(t, os.RemoveAll(filepath.Join(root, "sys/bus/pci/drivers/nvidia")))
+	must(t, os.RemoveAll(filepath.Join(root, "proc")))
+	walked, err := Scan(root)
+	if err != nil || buses(walked) != buses(got) {
+		t.Fatalf("walk = %s, %v; want %s", buses(walked), err, buses(got))
+	}
+}
+
+// BenchmarkScan300: Scan on a host of 300 PCI devices (bigTree). bench/RESULTS.md has figures.
+func BenchmarkScan300(b *testing.B) {
+	root := bigTree(b)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if g, err := Scan(root); err != nil || len(g) != 8 {
+			b.Fatal(g, err)
+		}
+	}
+}

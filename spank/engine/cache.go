@@ -13,12 +13,10 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/gpubind/gpubind/gpubind"
 )
-
-// DefaultCacheDir holds the per-boot discovery cache; /run is a tmpfs, emptied at boot.
-const DefaultCacheDir = "/run/gpubind"
 
 // cacheFile is the JSON stored in the cache.
 type cacheFile struct {
@@ -27,7 +25,8 @@ type cacheFile struct {
 }
 
 // cacheKey names what the cached discovery depends on: the boot, the driver version, the
-// MIG layout, and the admin's source/root/snapshot settings.
+// MIG layout, and the admin's source/root/snapshot settings. The fabric state is not in
+// the key (reading it needs NVML): readCache expires entries that hold one instead.
 func cacheKey(req *Request) (string, error) {
 	boot, err := os.ReadFile(bootIDPath)
 	if err != nil {
@@ -155,8 +154,17 @@ func readCache(path, key string) (*gpubind.Topology, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	// The NVLink fabric changes without a reboot: such an entry lives FabricTTL
+	// (FabricPendingTTL while a fabric is not ready), then discovery runs again.
+	if ttl := t.FabricTTL(); ttl > 0 && time.Since(fi.ModTime()) > ttl {
+		return nil, errCacheExpired
+	}
 	return t, nil
 }
+
+// errCacheExpired: the entry holds fabric state older than its lifetime; discovery
+// runs again, quietly (an expected event, not a problem worth a message).
+var errCacheExpired = errors.New("cached fabric state expired")
 
 // writeCache stores the topology atomically: a temporary file in the same directory,
 // mode 0644, renamed over the old one.
@@ -204,7 +212,7 @@ func loadTopology(req *Request) (*gpubind.Topology, []string, error) {
 	}
 	dir := req.CacheDir
 	if dir == "" {
-		dir = DefaultCacheDir
+		dir = gpubind.DefaultCacheDir
 	}
 	key, kerr := cacheKey(req)
 	var notes []string
@@ -217,7 +225,7 @@ func loadTopology(req *Request) (*gpubind.Topology, []string, error) {
 			path = cachePath(dir, key)
 			if t, err := readCache(path, key); err == nil {
 				return t, nil, nil
-			} else if !errors.Is(err, fs.ErrNotExist) {
+			} else if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, errCacheExpired) {
 				notes = append(notes, "discovery cache ignored: "+err.Error())
 			}
 		}

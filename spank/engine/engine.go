@@ -1,9 +1,10 @@
-// Command engine is the Go side of the gpubind SPANK plugin, built with
-// -buildmode=c-shared into gpubind_engine.so. The C front end forks a short-lived child
-// in slurm_spank_init_post_opt; the child dlopens this library and calls
-// gpubind_engine_run, which discovers the topology (at most once per boot and driver
-// version, through a cache), drops root, plans the step and writes the decision table
-// of spank/PROTOCOL.md to a pipe. Go never runs inside slurmstepd itself.
+// Command engine is the Go side of the gpubind SPANK plugin. Built with the tag
+// gpubind_launcher it is the program gpubind-launcher, which the C front end starts with
+// posix_spawn in slurm_spank_init_post_opt; it discovers the topology (at most once per
+// boot and driver version, through a cache), drops root, plans the step and writes the
+// decision table of spank/PROTOCOL.md to a pipe (launcher.go). Built with
+// -buildmode=c-shared it is gpubind_engine.so, which srun, sbatch and salloc load to check
+// the option and print help. Go never runs inside slurmstepd, nor in a fork of it.
 package main
 
 import (
@@ -240,6 +241,9 @@ func plan(request string) (*gpubind.Table, error) {
 		return nil, err
 	}
 	tab.Depends = nc.Read
+	if tab.IMEXDir != "" && req.Root != "" {
+		tab.IMEXDir = gpubind.IMEXDir(req.Root) // a fixture tree's channels
+	}
 	tab.Messages = append(notes, tab.Messages...)
 	return tab, nil
 }

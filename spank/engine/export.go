@@ -20,8 +20,6 @@ import (
 	"github.com/gpubind/gpubind/gpubind"
 )
 
-func main() {}
-
 // fdWriter writes to a raw fd without an *os.File, whose finalizer would close the
 // caller's pipe.
 type fdWriter int
@@ -72,7 +70,7 @@ func runToFD(request string, w fdWriter) (rc int) {
 //
 //export gpubind_engine_run
 func gpubind_engine_run(request *C.char, outFD C.int) (rc C.int) {
-	// The engine child lives a few ms and allocates about 150 kB: a garbage
+	// A run lives a few ms and allocates about 150 kB: a garbage
 	// collection there is pure cost. RLIMIT_CPU and the parent's deadline
 	// still bound it. (Only here: srun's in-process option check keeps GC.)
 	debug.SetGCPercent(-1)

@@ -101,6 +101,7 @@ static const struct key {
 	{ "snapshot", K_PATH, STR_FIELD(snapshot) },
 	{ "root", K_PATH, STR_FIELD(root) },
 	{ "engine", K_PATH, STR_FIELD(engine) },
+	{ "launcher", K_PATH, STR_FIELD(launcher) },
 	{ "cache_dir", K_PATH, STR_FIELD(cache_dir) },
 	{ "gres_conf", K_PATH, STR_FIELD(gres_conf) },
 	{ "timeout", K_TIMEOUT, 0, 0 },

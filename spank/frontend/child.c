@@ -1,7 +1,10 @@
 /*
- * The short-lived engine child. The Go runtime starts only here, in a
- * fresh process that writes the plan to a pipe and _exits; the parent
- * (slurmstepd) bounds its time, SIGKILLs it at the deadline and reaps it.
+ * The engine process: the installed program gpubind-launcher, started with
+ * posix_spawn, never a fork of slurmstepd (a fork copies slurmstepd's
+ * memory, its oom_score_adj and any lock another thread holds, the dynamic
+ * loader's included). The Go runtime starts only there; it writes the plan
+ * to a pipe and exits; the parent (slurmstepd) bounds its time, SIGKILLs it
+ * at the deadline and reaps it.
  */
 #include "gpubind.h"
 
@@ -11,24 +14,24 @@
 #include <libgen.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "table.h"
 
-#define GB_CHILD_FD 3
-#define GB_CHILD_NOFILE 1024
-#define GB_CHILD_FSIZE (64L * 1024 * 1024)
-
-typedef int (*gb_run_fn)(const char *request, int out_fd);
+/* The launcher's fds (spank/engine/launcher.c): request on 0, table on 3. */
+#define GB_LAUNCHER_TABLE_FD 3
+/*
+ * Its whole environment: nothing of slurmstepd's or the job's. GOGC=off: it
+ * lives a few ms, a garbage collection there is pure cost.
+ */
+#define GB_LAUNCHER_ENV "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOGC=off", NULL
 
 int gb_engine_path(char *buf, size_t len)
 {
@@ -48,105 +51,121 @@ int gb_engine_path(char *buf, size_t len)
 	return 0;
 }
 
-/* In the child: a table with status error, so the parent has a reason. */
-static void child_fail(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2), noreturn));
+/* The built-in launcher path, exported for `gpubind check` to read from this file. */
+const char gpubind_launcher_path[] = GB_LAUNCHER_PATH;
 
-static void child_fail(const char *fmt, ...)
+int gb_launcher_path(char *buf, size_t len)
 {
-	char msg[1024], out[1200];
-	va_list ap;
-	int n;
+	const char *p = gb_conf.launcher[0] ? gb_conf.launcher :
+			gpubind_launcher_path;
 
-	va_start(ap, fmt);
-	(void) vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	for (char *p = msg; *p; p++)
-		if (*p == '\n' || *p == '\r')
-			*p = '?';
-	n = snprintf(out, sizeof(out),
-		     "gpubind-plan 1\nstatus error\nmessage %s\nend 2\n", msg);
-	if (n > 0 && (size_t) n < sizeof(out))
-		(void) !write(GB_CHILD_FD, out, n);
-	_exit(2);
+	return (size_t) snprintf(buf, len, "%s", p) >= len ? -1 : 0;
 }
 
-static void set_limit(int res, rlim_t v)
+/* fd moved to a number >= 10, close-on-exec; -1 (fd closed) on failure. */
+static int high_fd(int fd)
 {
-	struct rlimit rl = { v, v };
-	struct rlimit cur;
+	int hi;
 
-	/* Never raise a limit the admin set lower. */
-	if (!getrlimit(res, &cur) && cur.rlim_max != RLIM_INFINITY &&
-	    cur.rlim_max < v)
-		rl.rlim_cur = rl.rlim_max = cur.rlim_max;
-	(void) setrlimit(res, &rl);
+	if (fd < 0)
+		return -1;
+	hi = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+	(void) close(fd);
+	return hi;
 }
 
-static void close_from(int lowfd)
+/* The request in a sealed memfd at offset 0, close-on-exec; -1 with err. */
+static int request_memfd(const char *request, char *err, size_t errlen)
 {
-#ifdef SYS_close_range
-	if (!syscall(SYS_close_range, (unsigned) lowfd, ~0U, 0))
-		return;
-#endif
-	for (int fd = lowfd; fd < GB_CHILD_NOFILE * 64; fd++)
-		(void) close(fd);
-}
+	size_t len = strlen(request), off = 0;
+	int fd = high_fd(memfd_create("gpubind-request",
+				      MFD_CLOEXEC | MFD_ALLOW_SEALING));
 
-static void __attribute__((noreturn))
-child_main(const char *engine, const char *request, int wfd, int timeout_ms,
-	   pid_t parent)
-{
-	struct sigaction sa;
-	sigset_t none;
-	void *h;
-	gb_run_fn run;
-	int null, rc;
-
-	/* Slurm may block signals (25.05 blocks SIGCHLD): start clean. */
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = SIG_DFL;
-	for (int s = 1; s < NSIG; s++)
-		if (s != SIGKILL && s != SIGSTOP)
-			(void) sigaction(s, &sa, NULL);
-	sigemptyset(&none);
-	(void) sigprocmask(SIG_SETMASK, &none, NULL);
-	/* Die with slurmstepd; it may have died before the prctl. */
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
-		_exit(3);
-
-	/* The pipe becomes fd 3; 0-2 are /dev/null; nothing else survives. */
-	if (wfd != GB_CHILD_FD) {
-		if (dup2(wfd, GB_CHILD_FD) < 0)
-			_exit(3);
-	} else if (fcntl(wfd, F_SETFD, 0) < 0) {
-		_exit(3);
+	if (fd < 0) {
+		(void) snprintf(err, errlen, "memfd_create: %s", strerror(errno));
+		return -1;
 	}
-	null = open("/dev/null", O_RDWR);
-	if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 ||
-	    dup2(null, 2) < 0)
-		child_fail("cannot open /dev/null in the engine child");
-	close_from(GB_CHILD_FD + 1);
+	while (off < len) {
+		ssize_t n = write(fd, request + off, len - off);
 
-	/*
-	 * No RLIMIT_AS: the Go runtime reserves address space far beyond
-	 * what it uses. CPU time bounds a spinning child even if the parent
-	 * were gone; the wall deadline is the parent's SIGKILL.
-	 */
-	set_limit(RLIMIT_CPU, (rlim_t) (timeout_ms / 1000 + 2));
-	set_limit(RLIMIT_NOFILE, GB_CHILD_NOFILE);
-	set_limit(RLIMIT_CORE, 0);
-	set_limit(RLIMIT_FSIZE, GB_CHILD_FSIZE);
-	(void) setpgid(0, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			(void) snprintf(err, errlen, "writing the request: %s",
+					n < 0 ? strerror(errno) : "short write");
+			(void) close(fd);
+			return -1;
+		}
+		off += n;
+	}
+	(void) fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
+		     F_SEAL_WRITE | F_SEAL_SEAL);
+	if (lseek(fd, 0, SEEK_SET) != 0) {
+		(void) snprintf(err, errlen, "lseek: %s", strerror(errno));
+		(void) close(fd);
+		return -1;
+	}
+	return fd;
+}
 
-	h = dlopen(engine, RTLD_LAZY | RTLD_LOCAL);
-	if (!h)
-		child_fail("cannot load engine %s: %s", engine, dlerror());
-	run = (gb_run_fn) dlsym(h, "gpubind_engine_run");
-	if (!run)
-		child_fail("engine %s has no gpubind_engine_run", engine);
-	rc = run(request, GB_CHILD_FD);
-	_exit(rc == 0 ? 0 : 1);
+/*
+ * posix_spawn the launcher: glibc's is clone(CLONE_VM|CLONE_VFORK) then
+ * execve, so no copy of slurmstepd's memory is made, the child runs only
+ * glibc's spawn helper until execve, and no atfork handler or loader lock
+ * is involved. Explicit argv and environment; fds 0 request,
+ * 1 and 2 /dev/null, 3 the table pipe, nothing else; default signals,
+ * nothing blocked, its own process group.
+ */
+static int spawn_launcher(const char *launcher, int reqfd, int wfd,
+			  int nullfd, int timeout_ms, pid_t *pid, char *err,
+			  size_t errlen)
+{
+	static char *const envp[] = { GB_LAUNCHER_ENV };
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t at;
+	sigset_t all, none;
+	char ppid[24], tmo[24];
+	char *argv[] = { (char *) launcher, "plan", ppid, tmo, NULL };
+	int rc;
+
+	(void) snprintf(ppid, sizeof(ppid), "%ld", (long) getpid());
+	(void) snprintf(tmo, sizeof(tmo), "%d", timeout_ms);
+	sigfillset(&all);
+	sigemptyset(&none);
+	if (posix_spawn_file_actions_init(&fa)) {
+		(void) snprintf(err, errlen, "posix_spawn_file_actions_init failed");
+		return -1;
+	}
+	if (posix_spawnattr_init(&at)) {
+		posix_spawn_file_actions_destroy(&fa);
+		(void) snprintf(err, errlen, "posix_spawnattr_init failed");
+		return -1;
+	}
+	rc = posix_spawn_file_actions_adddup2(&fa, reqfd, 0) ||
+	     posix_spawn_file_actions_adddup2(&fa, nullfd, 1) ||
+	     posix_spawn_file_actions_adddup2(&fa, nullfd, 2) ||
+	     posix_spawn_file_actions_adddup2(&fa, wfd, GB_LAUNCHER_TABLE_FD) ||
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 34)
+	     posix_spawn_file_actions_addclosefrom_np(&fa, GB_LAUNCHER_TABLE_FD + 1) ||
+#endif
+	     posix_spawnattr_setsigdefault(&at, &all) ||
+	     posix_spawnattr_setsigmask(&at, &none) ||
+	     posix_spawnattr_setpgroup(&at, 0) ||
+	     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF |
+				      POSIX_SPAWN_SETSIGMASK |
+				      POSIX_SPAWN_SETPGROUP);
+	if (rc) {
+		(void) snprintf(err, errlen, "posix_spawn attributes failed");
+	} else {
+		rc = posix_spawn(pid, launcher, &fa, &at, argv, envp);
+		if (rc)
+			(void) snprintf(err, errlen,
+					"cannot start launcher %s: %s",
+					launcher, strerror(rc));
+	}
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&at);
+	return rc ? -1 : 0;
 }
 
 static long remaining_ms(long deadline_us)
@@ -196,45 +215,47 @@ static void reap(pid_t pid, long deadline_us, struct gb_child_result *res)
 		res->unreaped = 1;
 }
 
-int gb_run_engine(const char *engine, const char *request, int timeout_ms,
-		  struct gb_child_result *res, char *err, size_t errlen)
+int gb_run_launcher(const char *launcher, const char *request,
+		    int timeout_ms, struct gb_child_result *res, char *err,
+		    size_t errlen)
 {
-	int fds[2];
-	pid_t pid, parent;
+	int fds[2], reqfd, nullfd;
+	pid_t pid;
 	long deadline = gb_now_us() + (long) timeout_ms * 1000;
 	size_t cap = 64 * 1024;
 	int rc = -1;
 
 	memset(res, 0, sizeof(*res));
-	if (access(engine, R_OK)) {
-		(void) snprintf(err, errlen, "cannot read engine %s: %s",
-				engine, strerror(errno));
+	reqfd = request_memfd(request, err, errlen);
+	if (reqfd < 0)
 		return -1;
-	}
-	if (pipe2(fds, O_CLOEXEC)) {
-		(void) snprintf(err, errlen, "pipe2: %s", strerror(errno));
+	nullfd = high_fd(open("/dev/null", O_RDWR | O_CLOEXEC));
+	if (nullfd < 0 || pipe2(fds, O_CLOEXEC) ||
+	    (fds[0] = high_fd(fds[0])) < 0 || (fds[1] = high_fd(fds[1])) < 0) {
+		(void) snprintf(err, errlen, "pipe or /dev/null: %s",
+				strerror(errno));
+		(void) close(reqfd);
+		if (nullfd >= 0)
+			(void) close(nullfd);
 		return -1;
 	}
 	res->out = malloc(cap);
-	if (!res->out) {
-		(void) snprintf(err, errlen, "out of memory");
+	if (!res->out ||
+	    spawn_launcher(launcher, reqfd, fds[1], nullfd, timeout_ms, &pid,
+			   err, errlen)) {
+		if (!res->out)
+			(void) snprintf(err, errlen, "out of memory");
 		(void) close(fds[0]);
 		(void) close(fds[1]);
-		return -1;
-	}
-	parent = getpid();
-	pid = fork();
-	if (pid < 0) {
-		(void) snprintf(err, errlen, "fork: %s", strerror(errno));
-		(void) close(fds[0]);
-		(void) close(fds[1]);
+		(void) close(reqfd);
+		(void) close(nullfd);
 		free(res->out);
 		res->out = NULL;
 		return -1;
 	}
-	if (pid == 0)
-		child_main(engine, request, fds[1], timeout_ms, parent);
 	(void) close(fds[1]);
+	(void) close(reqfd);
+	(void) close(nullfd);
 
 	for (;;) {
 		struct pollfd p = { fds[0], POLLIN, 0 };

@@ -7,12 +7,14 @@
  *   local.c         srun/sbatch/salloc: option callback, early check, `help`
  *   stepd.c         slurmstepd: the step's facts, plan, per-task application
  *   cgroup_stepd.c  slurmstepd: the isolate/cpus flags, calls into cgroup_*.c
- *   child.c         the short-lived engine child (fork, rlimits, pipe, reap)
+ *   child.c         the engine process: posix_spawn gpubind-launcher, pipe, reap
+ *   trust.c         owner and mode checks of the files run or read as root
  *   plancache.c     decision tables kept by step shape
  *   log.c           "gpubind: " logging helpers
  *   ../../rule/table.c  decision table parser and the per-task rule (no Slurm)
- * No Go runtime ever runs in the process that loads this file: the engine
- * runs in a forked child (docs/architecture.md).
+ * No Go runtime ever runs in the process that loads this file, nor in a fork
+ * of it: the engine runs in the program gpubind-launcher, which slurmstepd
+ * starts with posix_spawn (docs/architecture.md).
  */
 #ifndef GPUBIND_FRONTEND_H
 #define GPUBIND_FRONTEND_H
@@ -26,6 +28,10 @@
 #define GB_OPTION_NAME "gpu-bind-topo"
 #define GB_ENV_OPTION "SLURM_GPU_BIND_TOPO"
 #define GB_ENGINE_NAME "gpubind_engine.so"
+/* The installed launcher (make install: $(LIBEXECDIR)/gpubind); launcher= overrides. */
+#ifndef GB_LAUNCHER_PATH
+#define GB_LAUNCHER_PATH "/usr/local/libexec/gpubind/gpubind-launcher"
+#endif
 #define GB_DEFAULT_TIMEOUT_MS 10000
 
 /* plugstack.conf arguments (args.c). */
@@ -35,7 +41,8 @@ struct gb_config {
 	char source[16];         /* auto|nvml|sysfs|snapshot */
 	char snapshot[1024];
 	char root[1024];
-	char engine[1024];       /* "" means next to the plugin */
+	char engine[1024];       /* "" means next to the plugin (srun's check, help) */
+	char launcher[1024];     /* "" means GB_LAUNCHER_PATH */
 	char cache_dir[1024];
 	char gres_conf[1024];
 	int timeout_ms;
@@ -99,7 +106,7 @@ const struct gb_table *gb_stepd_plan(void);
 
 /* child.c */
 /*
- * How long the parent waits for a SIGKILLed child to go. A child in
+ * How long the parent waits for a SIGKILLed launcher to go. One in
  * uninterruptible sleep (NVML on a wedged GPU) does not die at once; it
  * must not hold slurmstepd. After this it is left to slurmstepd, which
  * reaps any child with wait3.
@@ -115,10 +122,28 @@ struct gb_child_result {
 	int status;         /* waitpid status */
 	int unreaped;       /* still there GB_REAP_GRACE_MS after SIGKILL */
 };
-int gb_run_engine(const char *engine, const char *request, int timeout_ms,
-		  struct gb_child_result *res, char *err, size_t errlen);
+/*
+ * Run the launcher on request: posix_spawn, table read back until EOF or
+ * timeout_ms, then SIGKILL and a bounded reap. 0 with res->out, or -1 with
+ * err set.
+ */
+int gb_run_launcher(const char *launcher, const char *request,
+		    int timeout_ms, struct gb_child_result *res, char *err,
+		    size_t errlen);
+/* The launcher to run: launcher= or GB_LAUNCHER_PATH. */
+int gb_launcher_path(char *buf, size_t len);
+extern const char gpubind_launcher_path[];
 
 /* Default engine path: GB_ENGINE_NAME next to this plugin (dladdr). */
 int gb_engine_path(char *buf, size_t len);
+
+/*
+ * trust.c: a file slurmstepd runs or has read as root (what: "launcher",
+ * "engine", "snapshot") must be a regular file owned by root (or by the
+ * process's own user) and not writable by group or others, and so must the
+ * directory holding it. 0, or -1 with err naming the path and the fault.
+ */
+int gb_trust_file(const char *what, const char *path, char *err,
+		  size_t errlen);
 
 #endif

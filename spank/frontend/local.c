@@ -18,13 +18,18 @@ typedef const char *(*gb_help_fn)(void);
 
 static void *load_engine(void)
 {
-	char path[1024];
+	char path[1024], err[2400];
 	void *h;
 
 	if (gb_conf.engine[0])
 		(void) snprintf(path, sizeof(path), "%s", gb_conf.engine);
 	else if (gb_engine_path(path, sizeof(path)))
 		return NULL;
+	/* Code that another user could change must not run in this client. */
+	if (gb_trust_file("engine", path, err, sizeof(err))) {
+		gb_error("%s", err);
+		return NULL;
+	}
 	/* RTLD_LAZY: go-nvml leaves nvml* unresolved until nvml.Init. */
 	h = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
 	if (!h)

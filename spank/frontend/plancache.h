@@ -12,6 +12,7 @@
 #define GB_PLANCACHE_DEFAULT_ENTRIES 256
 #define GB_PLANCACHE_MAX_ENTRIES 100000
 #define GB_PLANCACHE_SUBDIR "plans"
+/* The Go side's gpubind.DefaultCacheDir: the two languages cannot share a constant. */
 #define GB_DEFAULT_CACHE_DIR "/run/gpubind"
 
 struct gb_plancache {

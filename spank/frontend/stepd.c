@@ -21,6 +21,7 @@
 #include "cgroup_stepd.h"
 #include "plancache.h"
 #include "table.h"
+#include "fabric.h"
 
 #define GB_ENV_MAX (1024 * 1024)
 
@@ -375,10 +376,10 @@ static void apply_admin_flags(struct gb_table *t)
 }
 
 /*
- * The table of this step from the engine child, in step.plan. Returns 0, or
+ * The table of this step from the launcher, in step.plan. Returns 0, or
  * plan_failed's value with why it failed.
  */
-static int plan_from_engine(const char *engine, const char *request,
+static int plan_from_engine(const char *launcher, const char *request,
 			    const char *option, struct gb_plancache *pc)
 {
 	char err[1024], why[2200], ex[128];
@@ -386,8 +387,8 @@ static int plan_from_engine(const char *engine, const char *request,
 	uint32_t ntasks = step.local_task_count;
 	int rc;
 
-	rc = gb_run_engine(engine, request, gb_conf.timeout_ms, &res, err,
-			   sizeof(err));
+	rc = gb_run_launcher(launcher, request, gb_conf.timeout_ms, &res, err,
+			     sizeof(err));
 	describe_exit(&res, ex, sizeof(ex));
 	if (rc) {
 		free(res.out);
@@ -437,25 +438,27 @@ static int plan_from_engine(const char *engine, const char *request,
  */
 static int plan_step(spank_t sp, const char *option)
 {
-	char engine[1024], flags[64];
+	char launcher[1024], flags[64], err[2400];
 	struct req r = { 0 };
 	struct gb_plancache pc;
 	int rc;
 
-	if (gb_conf.engine[0])
-		(void) snprintf(engine, sizeof(engine), "%s", gb_conf.engine);
-	else if (gb_engine_path(engine, sizeof(engine)))
-		return plan_failed("cannot locate " GB_ENGINE_NAME);
+	/* What runs as root, or is read as root, must be root's (trust.c). */
+	if (gb_launcher_path(launcher, sizeof(launcher)) ||
+	    gb_trust_file("launcher", launcher, err, sizeof(err)) ||
+	    (gb_conf.snapshot[0] &&
+	     gb_trust_file("snapshot", gb_conf.snapshot, err, sizeof(err))))
+		return plan_failed(err);
 
 	if (build_request(sp, option, &r)) {
 		free(r.p);
 		return plan_failed("cannot build the plan request");
 	}
-	/* A step shape planned before: its table, no engine child. */
-	gb_plancache_begin(&pc, engine, r.p);
+	/* A step shape planned before: its table, no launcher. */
+	gb_plancache_begin(&pc, launcher, r.p);
 	rc = 0;
 	if (!gb_plancache_get(&pc, step.local_task_count, &step.plan))
-		rc = plan_from_engine(engine, r.p, option, &pc);
+		rc = plan_from_engine(launcher, r.p, option, &pc);
 	free(r.p);
 	if (rc || step.problem[0]) {
 		gb_plancache_end(&pc);
@@ -811,6 +814,22 @@ static int task_user_bind(spank_t sp, const struct task *tk)
 	return 1;
 }
 
+/* Multi-node NVLink: a fabric not ready, or no IMEX channel, on the user's
+ * terminal (fabric.c decides; nothing for GPUs outside an NVLink domain). */
+static void task_warn_fabric(const struct task *tk)
+{
+	char w[1024], out[1100];
+	int n;
+
+	if (!gb_fabric_warning(&step.plan, &tk->res, tk->lid, NULL, w,
+			       sizeof(w)))
+		return;
+	gb_info("warning: %s", w);
+	n = snprintf(out, sizeof(out), "%swarning: %s\n", GB_PREFIX, w);
+	if (n > 0 && (size_t) n < sizeof(out))
+		(void) !write(STDERR_FILENO, out, n);
+}
+
 int gb_stepd_task_init(spank_t sp)
 {
 	struct task tk = { .lid = -1 };
@@ -829,6 +848,7 @@ int gb_stepd_task_init(spank_t sp)
 	if (task_rule(&tk) < 0 || task_set_env(sp, &tk) < 0 ||
 	    task_set_affinity(&tk) < 0)
 		goto fail;
+	task_warn_fabric(&tk);
 	task_log(&tk);
 	goto out;
 fail:

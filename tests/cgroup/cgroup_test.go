@@ -67,7 +67,7 @@ func tool(t testing.TB) string {
 		fe := filepath.Join(root, "spank", "frontend")
 		args := []string{"-Wall", "-Wextra", "-Werror", "-O2", "-g", "-D_GNU_SOURCE",
 			"-I", fe, "-I", filepath.Join(root, "rule"), filepath.Join(root, "tests", "cgroup", "csrc", "cgtool.c"),
-			filepath.Join(fe, "cgroup_common.c"), filepath.Join(root, "rule", "table.c"), filepath.Join(fe, "cgroup_v1.c"),
+			filepath.Join(fe, "cgroup_common.c"), filepath.Join(root, "rule", "table.c"), filepath.Join(root, "rule", "fabric.c"), filepath.Join(fe, "cgroup_v1.c"),
 			filepath.Join(fe, "cgroup_v2.c"), filepath.Join(fe, "cgroup_v2_bpf.c"),
 			filepath.Join(fe, "cgroup_v2_prog.c"), "-o", toolPath}
 		out, err := exec.Command("gcc", args...).CombinedOutput()

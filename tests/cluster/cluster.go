@@ -1,5 +1,5 @@
 // Package cluster starts a private Slurm cluster for tests: munged (reused or its own),
-// slurmctld and 1..4 slurmd nodes on loopback, fake GPUs as GRES, mpi/pmix available.
+// slurmctld and 1..256 slurmd nodes on loopback (multiple-slurmd), fake GPUs as GRES, mpi/pmix available.
 // Everything lives in one temporary directory, and Stop removes it together with every
 // process the cluster started. It needs root and the Debian packages from `make deps`.
 //
@@ -34,7 +34,7 @@ import (
 
 // Config describes a cluster. The zero value is one node, nproc CPUs, task/none and 8 GPUs.
 type Config struct {
-	Nodes            int      // 1..4 slurmd nodes on loopback (names node1..nodeN), default 1
+	Nodes            int      // 1..256 slurmd nodes on loopback (names node1..nodeN), default 1
 	CPUs             int      // CPUs declared per node (config_overrides when > nproc), default nproc
 	TaskPlugin       string   // "task/none" (default), "task/affinity", "task/cgroup,task/affinity"
 	Proctrack        string   // default "proctrack/linuxproc"; "proctrack/cgroup" when TaskPlugin has task/cgroup
@@ -52,8 +52,9 @@ type Config struct {
 
 	NoGPUs        bool          // no GRES at all (GPUs=0 means the default 8)
 	OwnMunge      bool          // start a private munged even when a system munged answers
+	AuthSlurm     bool          // auth/slurm, a generated slurm.key beside slurm.conf, no munge (Slurm 23.11+)
 	Detached      bool          // daemons outlive the starting process (shell entry point); else they die with it
-	StartTimeout  time.Duration // how long Start waits for every node to be idle, default 2 minutes
+	StartTimeout  time.Duration // how long Start waits for every node to be idle, default 2 minutes + 2 s per node
 	ParentTempDir string        // where the cluster directory is created, default a dev-capable temp dir
 }
 
@@ -110,7 +111,11 @@ func Start(cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, bin := range []string{"slurmctld", "slurmd", "srun", "sinfo", "squeue", "scancel", "munge", "munged", "unshare"} {
+	bins := []string{"slurmctld", "slurmd", "srun", "sinfo", "squeue", "scancel", "unshare"}
+	if !cfg.AuthSlurm {
+		bins = append(bins, "munge", "munged")
+	}
+	for _, bin := range bins {
 		if _, err := exec.LookPath(slurmBin(cfg.SlurmPrefix, bin)); err != nil {
 			return nil, fmt.Errorf("cluster: %s not found (SlurmPrefix %q; run `make deps`): %w", bin, cfg.SlurmPrefix, err)
 		}
@@ -222,7 +227,15 @@ func start(cfg Config) (_ *Cluster, err error) {
 	if err != nil {
 		return c, err
 	}
-	if !cfg.OwnMunge && mungeWorks(systemMungeSocket) {
+	if cfg.AuthSlurm {
+		key := make([]byte, 1024)
+		if _, err := rand.Read(key); err != nil {
+			return c, fmt.Errorf("cluster: slurm.key: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "slurm.key"), key, 0o600); err != nil {
+			return c, fmt.Errorf("cluster: %w", err)
+		}
+	} else if !cfg.OwnMunge && mungeWorks(systemMungeSocket) {
 		c.MungeSocket = systemMungeSocket
 	} else if err := c.startMunge(); err != nil {
 		return c, err
@@ -250,7 +263,8 @@ func start(cfg Config) (_ *Cluster, err error) {
 	}
 	timeout := cfg.StartTimeout
 	if timeout == 0 {
-		timeout = 2 * time.Minute
+		// Many simulated nodes register with one slurmctld at once on a small machine.
+		timeout = 2*time.Minute + time.Duration(cfg.Nodes)*2*time.Second
 	}
 	return c, c.waitIdle(timeout)
 }

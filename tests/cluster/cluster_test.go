@@ -26,7 +26,7 @@ func TestConfigRejectsBadInput(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{Nodes: 5}, "Config.Nodes=5: expected 1..4"},
+		{Config{Nodes: 257}, "Config.Nodes=257: expected 1..256"},
 		{Config{Nodes: -1}, "Config.Nodes=-1"},
 		{Config{TaskPlugin: "task/foo"}, `Config.TaskPlugin="task/foo"`},
 		{Config{Proctrack: "proctrack/x"}, `Config.Proctrack="proctrack/x"`},
@@ -79,6 +79,38 @@ func TestTwoNodesHostname(t *testing.T) {
 	}
 	if log := c.SlurmdLog("node2"); !strings.Contains(log, "slurmd started") {
 		t.Errorf("node2 slurmd log lacks start message:\n%s", log)
+	}
+}
+
+// AuthSlurm runs a cluster without munge (auth/slurm, Slurm 23.11 and later), as on the GPU
+// machine, which has no munged.
+func TestAuthSlurm(t *testing.T) {
+	cfg, err := Config{}.normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(slurmBin(cfg.SlurmPrefix, "slurmd"), "-V").Output()
+	var major, minor int
+	if err != nil || len(strings.Fields(string(out))) < 2 {
+		t.Skipf("slurmd -V: %v", err)
+	}
+	if _, err := fmt.Sscanf(strings.Fields(string(out))[1], "%d.%d", &major, &minor); err != nil || major*100+minor < 2311 {
+		t.Skipf("auth/slurm needs Slurm 23.11 or later; this is %s", strings.TrimSpace(string(out)))
+	}
+	c := StartT(t, Config{Nodes: 2, AuthSlurm: true})
+	conf, err := os.ReadFile(c.ConfPath)
+	if err != nil || !strings.Contains(string(conf), "AuthType=auth/slurm") || strings.Contains(string(conf), "munge") {
+		t.Fatalf("slurm.conf (%v):\n%s", err, conf)
+	}
+	if c.MungeSocket != "" {
+		t.Errorf("MungeSocket = %q, want none", c.MungeSocket)
+	}
+	got, _, err := c.Srun(ctxT(t), "-N2", "-n2", "hostname")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := strings.Fields(got); len(f) != 2 {
+		t.Errorf("srun -N2 -n2 hostname printed %q", got)
 	}
 }
 

@@ -24,8 +24,10 @@ var (
 	}
 )
 
-// maxNodes is the most slurmd daemons one cluster runs; the machine has 2 CPUs.
-const maxNodes = 4
+// maxNodes is the most slurmd daemons one cluster runs. Slurm's multiple-slurmd mode runs them
+// all on this host; each idle slurmd holds a few MB and no CPU, so 256 simulated nodes fit a
+// small machine (bench/scale.sh runs up to 128). Ordinary tests use 1..4.
+const maxNodes = 256
 
 // normalize fills in defaults and rejects values the harness cannot honour.
 func (cfg Config) normalize() (Config, error) {
@@ -143,11 +145,14 @@ func (c *Cluster) writeConfigs(ctldPort int, nodePorts []int, mungeSocket string
 		fmt.Sprintf("SlurmctldPort=%d", ctldPort),
 		"SlurmUser=root",
 		"SlurmdUser=root",
-		"AuthType=auth/munge",
-		"CredType=cred/munge",
 	}
-	// Always explicit, so the daemons, srun and slurmstepd use the munged chosen at start.
-	lines = append(lines, "AuthInfo=socket="+mungeSocket)
+	if cfg.AuthSlurm {
+		// The key is slurm.key beside slurm.conf, where auth/slurm looks by default.
+		lines = append(lines, "AuthType=auth/slurm", "CredType=auth/slurm")
+	} else {
+		// Always explicit, so the daemons, srun and slurmstepd use the munged chosen at start.
+		lines = append(lines, "AuthType=auth/munge", "CredType=cred/munge", "AuthInfo=socket="+mungeSocket)
+	}
 	lines = append(lines,
 		"StateSaveLocation="+filepath.Join(d, "state"),
 		// %n gives every slurmd its own spool and TmpFS: the PMIx server files collide otherwise.

@@ -74,7 +74,7 @@ trap cleanup EXIT
 
 say "machine: $(uname -srm); cgroup2 at $cg2; this shell in $self; GPU node $dev (c 195:$minor)"
 gcc -Wall -Wextra -Werror -O2 -D_GNU_SOURCE -I "$root/spank/frontend" -I "$root/rule" \
-	"$root/tests/cgroup/csrc/cgtool.c" "$root"/spank/frontend/cgroup_common.c "$root"/rule/table.c \
+	"$root/tests/cgroup/csrc/cgtool.c" "$root"/spank/frontend/cgroup_common.c "$root"/rule/table.c "$root"/rule/fabric.c \
 	"$root"/spank/frontend/cgroup_v1.c "$root"/spank/frontend/cgroup_v2.c "$root"/spank/frontend/cgroup_v2_bpf.c \
 	"$root"/spank/frontend/cgroup_v2_prog.c -o "$work/cgtool" ||
 	fail "building cgtool"

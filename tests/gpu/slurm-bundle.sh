@@ -40,6 +40,8 @@ cp -a /usr/include/pmix*.h "$out/include/" 2>/dev/null || cp -a "$pmix"/include/
 make -s -C spank/frontend BUILD="$out/build" SLURM_PREFIX="$prefix"
 go build -trimpath -ldflags "-s -w" -buildmode=c-shared -o "$out/build/gpubind_engine.so" ./spank/engine
 rm -f "$out/build/gpubind_engine.h"
+# The program slurmstepd starts to plan (slurm.sh installs a root-owned copy and names it).
+go build -trimpath -ldflags "-s -w" -tags gpubind_launcher -o "$out/build/gpubind-launcher" ./spank/engine
 # The CLI and the helper from `make build` (build/), so that only .gpu/ needs to travel.
 cp build/gpubind build/libgpuhelper.so.1 "$out/build/"
 if [[ -n ${GPUBIND_OLD_REV:-} ]]; then
@@ -54,5 +56,24 @@ if [[ -n ${GPUBIND_OLD_REV:-} ]]; then
 	git worktree remove --force "$old/src"
 	rm -rf "$old"
 fi
+# The scale harness's programs (tests/gpu/scale.sh runs bench/scale.sh with SCALE_PREBUILT):
+# built here against Debian's PMIx 4 (the one the bundle carries), found beside each other
+# ($ORIGIN), and the cluster harness's command.
+sc=$out/scale
+mkdir -p "$sc"
+W=(-Wall -Wextra -Werror -O2 -g -I"$root/bench/c" -Wl,-rpath,'$ORIGIN')
+cc "${W[@]}" -shared -fPIC -Wl,-soname,libnccl.so.2 -o "$sc/libnccl.so.2" tests/stubnccl/csrc/stubnccl.c
+ln -sf libnccl.so.2 "$sc/libnccl.so"
+cp build/libgpuhelper.so.1 "$sc/" && ln -sf libgpuhelper.so.1 "$sc/libgpuhelper.so"
+cc "${W[@]}" -o "$sc/stamp" bench/c/stamp.c
+# shellcheck disable=SC2046
+cc "${W[@]}" -I"$root/lib" -o "$sc/gh_init" bench/c/gh_init.c $(pkg-config --cflags --libs pmix) \
+	-L"$sc" -Wl,--no-as-needed -lgpuhelper -lnccl
+# shellcheck disable=SC2046
+cc "${W[@]}" -o "$sc/raw_pmix" bench/c/raw_pmix.c $(pkg-config --cflags --libs pmix) -L"$sc" -Wl,--no-as-needed -lnccl
+rm -f "$sc/libnccl.so" "$sc/libgpuhelper.so"
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$sc/testcluster" ./tests/cluster/cmd/testcluster
+pkg-config --modversion pmix >"$sc/pmix-version"
+
 rm -rf "$out/build/frontend-obj" "$out/old/frontend-obj"
 du -sh "$out"

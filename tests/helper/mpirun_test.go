@@ -264,16 +264,22 @@ func TestCollectives(t *testing.T) {
 // of exiting). The job has ended by then; the other checks still apply.
 func checkAbort(t *testing.T, out string, err error, took time.Duration) {
 	t.Helper()
+	checkAbortCode(t, out, err, took, 7, 7)
+}
+
+// checkAbortCode: gpuhelper_abort(code) ended the job with exit status want, within a minute.
+func checkAbortCode(t *testing.T, out string, err error, took time.Duration, code, want int) {
+	t.Helper()
 	var ee *exec.ExitError
 	launcherCrash := errors.As(err, &ee) && ee.ExitCode() == -1 && strings.Contains(fmt.Sprint(err), "signal: segmentation fault") &&
 		strings.Contains(fmt.Sprint(err), "PMIx_server_finalize")
 	switch {
 	case launcherCrash:
 		t.Logf("mpirun crashed in PMIx_server_finalize after the abort (an Open MPI bug, let through):\n%v", err)
-	case !errors.As(err, &ee) || ee.ExitCode() != 7:
-		t.Errorf("exit: %v, want exit status 7", err)
+	case !errors.As(err, &ee) || ee.ExitCode() != want:
+		t.Errorf("exit: %v, want exit status %d", err, want)
 	}
-	if !strings.Contains(fmt.Sprint(err), "gpuhelper_abort(7) in pid") || !strings.Contains(fmt.Sprint(err), "ghtest gives up") {
+	if !strings.Contains(fmt.Sprint(err), fmt.Sprintf("gpuhelper_abort(%d) in pid", code)) || !strings.Contains(fmt.Sprint(err), "ghtest gives up") {
 		t.Errorf("no abort message on stderr: %v", err)
 	}
 	if strings.Contains(out, "FAIL") {
@@ -305,6 +311,19 @@ func TestAbort(t *testing.T) {
 	t.Run("while another thread waits/mpirun n=2", func(t *testing.T) {
 		start := time.Now()
 		out, err := mpirun(t, env, 2, bin("ghtest"), "abortwait")
+		checkAbort(t, out, err, time.Since(start))
+	})
+	// Issue 26: 256 ended the job with status 0 (PMIx_Abort got the code itself).
+	t.Run("code 256/mpirun n=3", func(t *testing.T) {
+		start := time.Now()
+		out, err := mpirun(t, append(env, "GHTEST_ABORT_CODE=256"), 3, bin("ghtest"), "abort", "1")
+		checkAbortCode(t, out, err, time.Since(start), 256, 1)
+	})
+	// Issue 26: while another thread is inside gpuhelper_init (connected, waiting for rank
+	// 0's ID), the abort found "no PMIx session" and ended its own process only.
+	t.Run("while another thread is in init/mpirun n=2", func(t *testing.T) {
+		start := time.Now()
+		out, err := mpirun(t, env, 2, bin("ghtest"), "abortininit")
 		checkAbort(t, out, err, time.Since(start))
 	})
 }

@@ -98,6 +98,18 @@ func TestSrun(t *testing.T) {
 		out, err := srun(t, c, []string{"GPUHELPER_TIMEOUT=120"}, "--mpi=pmix", "-O", "-N2", "-n4", bin("ghtest"), "abort", "2")
 		checkAbort(t, out, err, time.Since(start))
 	})
+	// Issue 26: PMIx_Abort got 256 itself, and the step ended with status 0.
+	t.Run("abort code 256/N=2/n=4", func(t *testing.T) {
+		start := time.Now()
+		out, err := srun(t, c, []string{"GPUHELPER_TIMEOUT=120", "GHTEST_ABORT_CODE=256"}, "--mpi=pmix", "-O", "-N2", "-n4", bin("ghtest"), "abort", "2")
+		checkAbortCode(t, out, err, time.Since(start), 256, 1)
+	})
+	// Issue 26: an abort while another thread is inside gpuhelper_init ended this process only.
+	t.Run("abort in init/N=2/n=3", func(t *testing.T) {
+		start := time.Now()
+		out, err := srun(t, c, []string{"GPUHELPER_TIMEOUT=120"}, "--mpi=pmix", "-O", "-N2", "-n3", bin("ghtest"), "abortininit")
+		checkAbort(t, out, err, time.Since(start))
+	})
 	t.Run("GPUHELPER_NCCL_ID=lazy/N=2/n=4", func(t *testing.T) {
 		log := stubLogPath(t)
 		out, err := srun(t, c, []string{"GPUHELPER_NCCL_ID=lazy", "STUBNCCL_LOG=" + log}, "--mpi=pmix", "-O", "-N2", "-n4", bin("ghtest"), "lazyid")

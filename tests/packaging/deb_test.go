@@ -143,7 +143,7 @@ func TestDebContents(t *testing.T) {
 	debs := buildDebs(t)
 	plugdir := "/usr/lib/x86_64-linux-gnu/slurm-wlm"
 	want := map[string][]string{
-		"slurm-spank-gpubind": {plugdir + "/spank_gpubind.so", plugdir + "/gpubind_engine.so",
+		"slurm-spank-gpubind": {plugdir + "/spank_gpubind.so", plugdir + "/gpubind_engine.so", "/usr/libexec/gpubind/gpubind-launcher",
 			"/etc/slurm/plugstack.conf.d/gpubind.conf", "/usr/share/man/man8/spank-gpubind.8.gz"},
 		"gpubind":       {"/usr/bin/gpubind", "/usr/share/man/man1/gpubind.1.gz"},
 		"libgpuhelper1": {"/usr/lib/x86_64-linux-gnu/libgpuhelper.so.1"},

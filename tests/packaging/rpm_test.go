@@ -63,7 +63,7 @@ func TestRPM(t *testing.T) {
 	libdir := strings.TrimSpace(run(t, "rpm", "--eval", "%{_libdir}"))
 	plugdir := libdir + "/slurm"
 	want := map[string][]string{
-		"slurm-spank-gpubind": {plugdir + "/spank_gpubind.so", plugdir + "/gpubind_engine.so",
+		"slurm-spank-gpubind": {plugdir + "/spank_gpubind.so", plugdir + "/gpubind_engine.so", "/usr/libexec/gpubind/gpubind-launcher",
 			"/etc/slurm/plugstack.conf.d/gpubind.conf", "/usr/share/man/man8/spank-gpubind.8"},
 		"gpubind":       {"/usr/bin/gpubind", "/usr/share/man/man1/gpubind.1"},
 		"libgpuhelper1": {libdir + "/libgpuhelper.so.1"},

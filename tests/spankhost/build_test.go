@@ -15,15 +15,18 @@ var (
 	buildOnce sync.Once
 	buildErr  error
 	bin       struct {
-		dir, plugin, host, goEngine string
-		engines                     map[string]string
+		dir, plugin, host    string
+		goEngine, goLauncher string            // the Go test engine: library, program
+		launchers            map[string]string // csrc/testengine.c by mode, as programs
+		dlopenLib            string            // a small C library to dlopen
 	}
 )
 
 func repoRoot() string { return testbuild.RepoRoot() }
 
-// build compiles the plugin (through its own Makefile), the host, the C test
-// engines and the Go test engine into one temporary directory.
+// build compiles the plugin (through its own Makefile, its default launcher
+// the real one in the same directory), the real launcher and engine, the host,
+// the C test launchers and the Go test engine into one temporary directory.
 func build(t testing.TB) {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -37,22 +40,29 @@ func build(t testing.TB) {
 		bin.plugin = filepath.Join(dir, "spank_gpubind.so")
 		bin.host = filepath.Join(dir, "spankhost")
 		bin.goEngine = filepath.Join(dir, "goengine.so")
-		bin.engines = map[string]string{}
+		bin.goLauncher = filepath.Join(dir, "goengine")
+		bin.dlopenLib = filepath.Join(dir, "dlopen_target.so")
+		bin.launchers = map[string]string{}
+		testengine := filepath.Join(root, "tests/spankhost/csrc/testengine.c")
 		steps := [][]string{
 			testbuild.FrontendMake(dir),
 			{"gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-rdynamic", "-o", bin.host,
 				filepath.Join(root, "tests/spankhost/csrc/host.c"), "-ldl", "-lpthread"},
+			{"gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-shared", "-fPIC", "-DMODE_TABLE", "-o", bin.dlopenLib, testengine},
 		}
-		for _, m := range []string{"table", "crash", "hang", "garbage", "truncated", "huge", "linger", "frozen"} {
-			so := filepath.Join(dir, "engine_"+m+".so")
-			bin.engines[m] = so
-			steps = append(steps, []string{"gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-shared", "-fPIC",
-				"-DMODE_" + strings.ToUpper(m), "-o", so, filepath.Join(root, "tests/spankhost/csrc/testengine.c")})
+		for _, m := range []string{"table", "crash", "hang", "garbage", "truncated", "huge", "linger", "frozen", "probe"} {
+			exe := filepath.Join(dir, "launcher_"+m)
+			bin.launchers[m] = exe
+			steps = append(steps, []string{"gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-DGB_TEST_LAUNCHER",
+				"-DMODE_" + strings.ToUpper(m), "-o", exe, testengine, filepath.Join(root, "spank/engine/launcher.c")})
 		}
 		steps = append(steps, []string{"go", "build", "-buildmode=c-shared", "-o", bin.goEngine, "./tests/spankhost/goengine"},
+			[]string{"go", "build", "-o", bin.goLauncher, "./tests/spankhost/goengine"},
 			[]string{"go", "build", "-o", filepath.Join(dir, "gpubind"), "./cmd/gpubind"},
-			// The real engine, next to the plugin: found there by default.
-			[]string{"go", "build", "-buildmode=c-shared", "-o", filepath.Join(dir, "gpubind_engine.so"), "./spank/engine"})
+			// The real engine next to the plugin (srun's check and help load it from there)
+			// and the real launcher, the plugin's default (testbuild.FrontendMake).
+			[]string{"go", "build", "-buildmode=c-shared", "-o", filepath.Join(dir, "gpubind_engine.so"), "./spank/engine"},
+			testbuild.LauncherBuild(dir))
 		buildErr = testbuild.Run(root, steps...)
 	})
 	if buildErr != nil {

@@ -70,7 +70,7 @@ func hostRun(t *testing.T, limit time.Duration, flags []string, args ...string) 
 			continue
 		}
 		for _, key := range []string{"init rc", "option rc", "init_post_opt rc", "threads before", "children forked",
-			"tasks ok", "post_fork calls", "user_init contained rc", "threads end", "host alive", "env SLURM_GPU_BIND_TOPO"} {
+			"tasks ok", "post_fork calls", "oom_score_adj", "user_init contained rc", "threads end", "host alive", "env SLURM_GPU_BIND_TOPO"} {
 			if strings.HasPrefix(l, key) {
 				r.lines[key] = l
 			}
@@ -143,4 +143,12 @@ func requestOf(t *testing.T, dir string) map[string]string {
 		}
 	}
 	return m
+}
+
+// planArgs are plugstack arguments that plan with the test launcher of mode
+// (csrc/testengine.c), then args.
+func planArgs(t *testing.T, mode string, args ...string) []string {
+	t.Helper()
+	build(t)
+	return append([]string{"launcher=" + bin.launchers[mode]}, args...)
 }

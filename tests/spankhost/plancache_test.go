@@ -51,7 +51,7 @@ func pcRun(t *testing.T, dir, p string, n int, args ...string) pcStep {
 		t.Fatal(err)
 	}
 	flags := []string{"-n", itoa(n), "-e", "SLURM_STEP_GPUS=0,1,2,3", "-o", "closest"}
-	all := append([]string{"engine=" + bin.engines["table"], "snapshot=" + p, "cache_dir=" + dir}, args...)
+	all := append([]string{"launcher=" + bin.launchers["table"], "snapshot=" + p, "cache_dir=" + dir}, args...)
 	r := host(t, flags, all...)
 	s := pcStep{r: r, hit: strings.Contains(r.stderr, ", plan cache hit)")}
 	_, err := os.Stat(req)
@@ -361,22 +361,22 @@ func TestPlanCacheInvalidation(t *testing.T) {
 	if !s.ran || s.visible != "3;3" {
 		t.Errorf("snapshot rewritten: ran=%v visible=%q", s.ran, s.visible)
 	}
-	// The engine replaced (an upgrade).
-	eng := filepath.Join(t.TempDir(), "engine.so")
-	must(t, os.WriteFile(eng, mustRead(t, bin.engines["table"]), 0o755))
+	// The launcher replaced (an upgrade).
+	eng := filepath.Join(t.TempDir(), "launcher")
+	must(t, os.WriteFile(eng, mustRead(t, bin.launchers["table"]), 0o755))
 	r := host(t, []string{"-n", "2", "-e", "SLURM_STEP_GPUS=0,1,2,3", "-o", "closest"},
-		append([]string{"engine=" + eng, "snapshot=" + p, "cache_dir=" + dir}, base...)...)
+		append([]string{"launcher=" + eng, "snapshot=" + p, "cache_dir=" + dir}, base...)...)
 	if strings.Contains(r.stderr, "plan cache hit") {
-		t.Errorf("another engine file: cached plan used")
+		t.Errorf("another launcher file: cached plan used")
 	}
 	// The step environment and the user's option.
 	r = host(t, []string{"-n", "2", "-e", "SLURM_STEP_GPUS=0,1,2", "-o", "closest"},
-		append([]string{"engine=" + bin.engines["table"], "snapshot=" + p, "cache_dir=" + dir}, base...)...)
+		append([]string{"launcher=" + bin.launchers["table"], "snapshot=" + p, "cache_dir=" + dir}, base...)...)
 	if strings.Contains(r.stderr, "plan cache hit") {
 		t.Errorf("other SLURM_STEP_GPUS: cached plan used")
 	}
 	r = host(t, []string{"-n", "2", "-e", "SLURM_STEP_GPUS=0,1,2,3", "-o", "spread"},
-		append([]string{"engine=" + bin.engines["table"], "snapshot=" + p, "cache_dir=" + dir}, base...)...)
+		append([]string{"launcher=" + bin.launchers["table"], "snapshot=" + p, "cache_dir=" + dir}, base...)...)
 	if strings.Contains(r.stderr, "plan cache hit") {
 		t.Errorf("other option: cached plan used")
 	}
@@ -410,7 +410,7 @@ func TestPlanCacheDirUnwritable(t *testing.T) {
 		t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
 		for i := 0; i < 2; i++ {
 			r := host(t, []string{"-n", "2", "-e", "SLURM_STEP_GPUS=0,1,2,3", "-o", "closest"},
-				"engine="+bin.engines["table"], "snapshot="+p, "cache_dir="+dir)
+				"launcher="+bin.launchers["table"], "snapshot="+p, "cache_dir="+dir)
 			if kv(t, r.lines["tasks ok"])["ok"] != 2 || r.tasks[0]["CUDA_VISIBLE_DEVICES"] != "1" {
 				t.Fatalf("step %d failed:\n%s\n%s", i, r.stdout, r.stderr)
 			}

@@ -169,7 +169,7 @@ func TestPrecedenceAndOff(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			flags := append([]string{"-n", "2", "-C", "5", "-e", "SLURM_STEP_GPUS=0,1"}, c.flags...)
-			args := append([]string{"engine=" + bin.engines["table"], "snapshot=" + p, "cache_dir=" + dir, "isolate=never", "cpus=force"}, c.args...)
+			args := append([]string{"launcher=" + bin.launchers["table"], "snapshot=" + p, "cache_dir=" + dir, "isolate=never", "cpus=force"}, c.args...)
 			r := host(t, flags, args...)
 			req := requestOf(t, dir)
 			if c.want == "" {
@@ -280,7 +280,7 @@ func TestAdminFlagsInTheFrontEnd(t *testing.T) {
 		{"nic", nil, "flags nic"},
 	} {
 		p := dgxPlan(t, 2, c.table)
-		args := append([]string{"engine=" + bin.engines["table"], "snapshot=" + p, "cache_dir=" + t.TempDir()}, c.args...)
+		args := append([]string{"launcher=" + bin.launchers["table"], "snapshot=" + p, "cache_dir=" + t.TempDir()}, c.args...)
 		r := host(t, []string{"-n", "2", "-e", "SLURM_STEP_GPUS=0,1", "-o", "closest"}, args...)
 		if !strings.Contains(r.stderr, "step plan took") || !strings.Contains(r.stderr, ", "+c.want+")") {
 			t.Errorf("table flags %s with %v: want %q in the plan line:\n%s", c.table, c.args, c.want, r.stderr)
@@ -296,14 +296,14 @@ func TestNICKeepsTheUsersChoice(t *testing.T) {
 	build(t)
 	p := dgxPlan(t, 1, "nic")
 	r := host(t, []string{"-n", "1", "-e", "SLURM_STEP_GPUS=0,1", "-e", "NCCL_IB_HCA==mlx5_9:2", "-o", "closest"},
-		"engine="+bin.engines["table"], "snapshot="+p, "cache_dir="+t.TempDir())
+		"launcher="+bin.launchers["table"], "snapshot="+p, "cache_dir="+t.TempDir())
 	if env := r.tasks[0]; env["NCCL_IB_HCA"] != "=mlx5_9:2" || env["UCX_NET_DEVICES"] != "mlx5_0:1" {
 		t.Errorf("user's NCCL_IB_HCA: task env %v", env)
 	}
 	body := strings.Replace(string(mustRead(t, p)), "GPU-aaaa 0 mlx5_0", "GPU-aaaa 0 mlx5_0:2", 1)
 	must(t, os.WriteFile(p, []byte(body), 0o644))
 	r = host(t, []string{"-n", "1", "-e", "SLURM_STEP_GPUS=0,1", "-o", "closest"},
-		"engine="+bin.engines["table"], "snapshot="+p, "cache_dir="+t.TempDir())
+		"launcher="+bin.launchers["table"], "snapshot="+p, "cache_dir="+t.TempDir())
 	if env := r.tasks[0]; env["NCCL_IB_HCA"] != "=mlx5_0:2" || env["UCX_NET_DEVICES"] != "mlx5_0:2" {
 		t.Errorf("port 2: task env %v", env)
 	}

@@ -14,7 +14,7 @@ import (
 func TestNoGoRuntimeInHost(t *testing.T) {
 	p := dgxPlan(t, 4, "-")
 	r := host(t, []string{"-q", "-n", "4", "-C", "200", "-o", "closest"},
-		"engine="+bin.goEngine, "snapshot="+p)
+		"launcher="+bin.goLauncher, "snapshot="+p)
 	if r.rc(t, "init_post_opt") != 0 {
 		t.Fatalf("init_post_opt failed:\n%s", r.stderr)
 	}
@@ -37,7 +37,7 @@ func TestNoGoRuntimeInHostDetectsInProcessGo(t *testing.T) {
 	build(t)
 	p := dgxPlan(t, 1, "-")
 	r, err := hostRun(t, 30*time.Second, []string{"-q", "-w", "200", "-n", "1", "-C", "20", "-G", bin.goEngine, "-o", "closest"},
-		"engine="+bin.goEngine, "snapshot="+p, "timeout=1000", "mode=optional")
+		"launcher="+bin.goLauncher, "snapshot="+p, "timeout=1000", "mode=optional")
 	if err != nil {
 		t.Logf("negative control: the host with an in-process Go runtime failed or hung: %.300v", err)
 		return
@@ -60,7 +60,7 @@ func TestThousandTasksUnderLoad(t *testing.T) {
 		masks[i] = fmt.Sprintf("0x%x", 1<<(i%2))
 	}
 	r := host(t, []string{"-n", fmt.Sprint(n), "-L", "4", "-t", "mask_cpu:", "-l", strings.Join(masks, ","), "-o", "closest"},
-		"engine="+bin.engines["table"], "snapshot="+p)
+		"launcher="+bin.launchers["table"], "snapshot="+p)
 	if got := kv(t, r.lines["tasks ok"]); got["ok"] != n || got["failed"] != 0 {
 		t.Fatalf("tasks: %v\n%s", got, tail(r.stderr))
 	}
@@ -93,17 +93,17 @@ func TestBadEngines(t *testing.T) {
 		{"garbage", `plan line 1 is not "gpubind-plan 1"`},
 		{"truncated", "plan truncated: no end line"},
 		{"huge", "engine wrote more than 1048576 bytes"},
-		{"missing", "cannot read engine /nonexistent/engine.so"},
+		{"missing", "launcher /nonexistent/launcher: No such file or directory"},
 	}
 	for _, c := range cases {
 		t.Run(c.engine, func(t *testing.T) {
-			eng := bin.engines[c.engine]
+			eng := bin.launchers[c.engine]
 			if c.engine == "missing" {
-				eng = "/nonexistent/engine.so"
+				eng = "/nonexistent/launcher"
 			}
 			for _, mode := range []string{"enforce", "optional"} {
 				r := host(t, []string{"-n", "2", "-C", "20", "-o", "closest"},
-					"engine="+eng, "snapshot="+p, "timeout=1000", "mode="+mode)
+					"launcher="+eng, "snapshot="+p, "timeout=1000", "mode="+mode)
 				if !strings.Contains(r.stderr, "gpubind: ") || !strings.Contains(r.stderr, c.want) {
 					t.Errorf("%s: stderr lacks %q:\n%s", mode, c.want, r.stderr)
 				}
@@ -137,7 +137,7 @@ func TestBadEngines(t *testing.T) {
 	// A plan written completely by a child that then does not exit is used,
 	// with a warning; the child is killed at the deadline.
 	t.Run("linger", func(t *testing.T) {
-		r := host(t, []string{"-n", "2", "-o", "closest"}, "engine="+bin.engines["linger"], "snapshot="+p, "timeout=500")
+		r := host(t, []string{"-n", "2", "-o", "closest"}, "launcher="+bin.launchers["linger"], "snapshot="+p, "timeout=500")
 		if r.rc(t, "init_post_opt") != 0 || !strings.Contains(r.stderr, "engine did not exit within 500 ms") {
 			t.Errorf("init_post_opt:\n%s", r.stderr)
 		}
@@ -152,7 +152,7 @@ func TestBadEngines(t *testing.T) {
 func TestContainSpank(t *testing.T) {
 	p := dgxPlan(t, 8, "-")
 	r := host(t, []string{"-c", "-n", "8", "-t", "mask_cpu:", "-l", "0x1,0x2", "-o", "closest"},
-		"engine="+bin.goEngine, "snapshot="+p)
+		"launcher="+bin.goLauncher, "snapshot="+p)
 	if r.rc(t, "user_init contained") != 0 {
 		t.Errorf("user_init in the contained child failed:\n%s", tail(r.stderr))
 	}
@@ -200,12 +200,11 @@ func TestEngineThatCannotDie(t *testing.T) {
 			t.Errorf("remove %s: %v", dir, err)
 		}
 	})
-	t.Setenv("GB_TEST_FREEZER", dir)
 	build(t)
 	p := dgxPlan(t, 2, "-")
 	start := time.Now()
 	r, err := hostRun(t, time.Minute, []string{"-n", "2", "-C", "20", "-o", "closest"},
-		"engine="+bin.engines["frozen"], "snapshot="+p, "timeout=1000", "mode=enforce")
+		"launcher="+bin.launchers["frozen"], "root="+dir, "snapshot="+p, "timeout=1000", "mode=enforce")
 	if err != nil {
 		t.Fatalf("the host did not come back from an engine that cannot die: %v", err)
 	}

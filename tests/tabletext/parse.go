@@ -282,7 +282,37 @@ func parseLine(t *gpubind.Table, key, rest string, seen map[string]bool) error {
 		}
 	case "depends":
 		if err = want(1); err == nil {
-			t.Depends = append(t.Depends, f[0])
+			if f[0] == "?" {
+				t.NoCache = true
+			} else {
+				t.Depends = append(t.Depends, f[0])
+			}
+		}
+	case "fabric":
+		if err = want(6); err == nil {
+			var fb gpubind.TableFabric
+			var st, cl uint64
+			if fb.ID, err = atoiRange(f[0], 0, gpubind.MaxTableGPUs-1); err != nil {
+				return err
+			}
+			fb.State, fb.ClusterUUID = f[1], f[4]
+			if st, err = strconv.ParseUint(f[2], 10, 32); err != nil {
+				return err
+			}
+			if f[3] != "-" {
+				fb.Health = f[3]
+			}
+			if cl, err = strconv.ParseUint(f[5], 10, 32); err != nil {
+				return err
+			}
+			fb.Status, fb.CliqueID = uint32(st), uint32(cl)
+			t.Fabric = append(t.Fabric, fb)
+		}
+	case "imex":
+		if err = once(); err == nil {
+			if err = want(1); err == nil {
+				t.IMEXDir = f[0]
+			}
 		}
 	default:
 		return errors.New("unknown line")

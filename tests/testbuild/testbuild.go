@@ -1,6 +1,7 @@
 // Package testbuild builds the SPANK plugin for integration tests: the C front end
-// (spank_gpubind.so) and the Go engine (gpubind_engine.so) side by side, where the front end
-// finds the engine by default. Each test binary builds into its own directory, so tests that
+// (spank_gpubind.so), the Go engine (gpubind_engine.so) beside it, where srun finds it, and
+// the launcher (gpubind-launcher), whose path in the same directory is built into the front
+// end as its default. Each test binary builds into its own directory, so tests that
 // run in parallel never race on build/.
 package testbuild
 
@@ -19,14 +20,24 @@ func RepoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// Plugin builds spank_gpubind.so and gpubind_engine.so into dir, the front end against the
-// Slurm under test (SlurmPrefix).
+// Plugin builds spank_gpubind.so, gpubind_engine.so and gpubind-launcher into dir, the front
+// end against the Slurm under test (SlurmPrefix).
 func Plugin(dir string) error {
 	root := RepoRoot()
 	return Run(root,
 		FrontendMake(dir),
 		[]string{"go", "build", "-trimpath", "-buildmode=c-shared", "-o", filepath.Join(dir, "gpubind_engine.so"), "./spank/engine"},
+		LauncherBuild(dir),
 	)
+}
+
+// LauncherName is the launcher program's file name.
+const LauncherName = "gpubind-launcher"
+
+// LauncherBuild is the command that builds the launcher (the engine package with the tag
+// gpubind_launcher) into dir.
+func LauncherBuild(dir string) []string {
+	return []string{"go", "build", "-trimpath", "-tags", "gpubind_launcher", "-o", filepath.Join(dir, LauncherName), "./spank/engine"}
 }
 
 // SlurmPrefix is the install prefix of the Slurm the integration tests run against: the
@@ -39,11 +50,12 @@ func SlurmPrefix() string {
 	return "/usr"
 }
 
-// FrontendMake is the command that builds spank_gpubind.so into dir for SlurmPrefix's Slurm.
+// FrontendMake is the command that builds spank_gpubind.so into dir for SlurmPrefix's Slurm,
+// its default launcher dir/gpubind-launcher (LauncherBuild).
 func FrontendMake(dir string) []string {
 	root := RepoRoot()
 	return []string{"make", "-s", "-C", filepath.Join(root, "spank", "frontend"), "BUILD=" + dir,
-		"SLURM_PREFIX=" + SlurmPrefix()}
+		"SLURM_PREFIX=" + SlurmPrefix(), "GB_LAUNCHER=" + filepath.Join(dir, LauncherName)}
 }
 
 // Run runs each command in dir and stops at the first failure, whose error holds the

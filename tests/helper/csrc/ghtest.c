@@ -24,7 +24,10 @@
  *   reinit CODE init, finalize, init again: the second init must return CODE
  *   coll        (1.1) barrier, bcast from the last rank, allgather, and their bad inputs
  *   abort R     (1.1) rank R calls gpuhelper_abort(7, ...); the others wait in a barrier, then
- *               sleep 100 s: only the launcher's kill ends them in time
+ *               sleep 100 s: only the launcher's kill ends them in time (the code is
+ *               $GHTEST_ABORT_CODE when set, e.g. 256)
+ *   abortininit (1.3) rank 0 sleeps 100 s without init; the others start init (which waits for
+ *               rank 0's ID) and, from another thread a second later, gpuhelper_abort(7, ...)
  *   abortwait   (1.1) rank 0: a thread waits in a barrier the others never enter, and the main
  *               thread calls gpuhelper_abort(7, ...) meanwhile; the others sleep 100 s
  *   bigstruct   init with this header's struct writes nothing past it; built against the current
@@ -593,7 +596,8 @@ static int mode_abort(int who)
     if (rc != 0)
         return fail("init", rc);
     if (info.rank == who) {
-        gpuhelper_abort(7, "ghtest gives up");
+        const char *code = getenv("GHTEST_ABORT_CODE");
+        gpuhelper_abort(code != NULL ? atoi(code) : 7, "ghtest gives up");
         return fail("gpuhelper_abort returned", GPUHELPER_EINTERNAL);
     }
     /* The launcher kills this process while it waits in the barrier, or the barrier ends first:
@@ -632,6 +636,32 @@ static int mode_abortwait(void)
     sleep(1); /* let the thread enter the barrier */
     gpuhelper_abort(7, "ghtest gives up");
     return fail("gpuhelper_abort returned", GPUHELPER_EINTERNAL);
+}
+#endif
+
+#if GPUHELPER_VERSION_MINOR >= 3
+static void *thread_abort(void *arg)
+{
+    (void)arg;
+    sleep(1); /* the main thread is in gpuhelper_init by now, waiting for rank 0 */
+    gpuhelper_abort(7, "ghtest gives up");
+    printf("FAIL %d gpuhelper_abort returned\n", env_rank());
+    return NULL;
+}
+
+static int mode_abortininit(void)
+{
+    gpuhelper_info_t info;
+    pthread_t th;
+    int rc;
+    if (env_rank() == 0) {
+        sleep(100);
+        return fail("not killed", GPUHELPER_EINTERNAL);
+    }
+    if (pthread_create(&th, NULL, thread_abort, NULL) != 0)
+        return fail("pthread_create", GPUHELPER_EINTERNAL);
+    rc = init(&info);
+    return fail("init returned before the abort", rc);
 }
 #endif
 
@@ -760,6 +790,10 @@ int main(int argc, char **argv)
         return mode_abort(arg);
     if (strcmp(m, "abortwait") == 0)
         return mode_abortwait();
+#endif
+#if GPUHELPER_VERSION_MINOR >= 3
+    if (strcmp(m, "abortininit") == 0)
+        return mode_abortininit();
 #endif
     fprintf(stderr, "gpubind: ghtest: unknown mode %s\n", m);
     return 2;

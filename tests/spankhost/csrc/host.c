@@ -21,12 +21,17 @@
  *   -w MS       give up waiting for child exits after MS (default 60000)
  *   -G LIB      dlopen LIB into the host first (negative control: a Go
  *               library loaded in-process must make the checks fail)
+ *   -T phdr     a host thread loops dl_iterate_phdr from before init_post_opt
+ *               to the end (it holds glibc's dl_load_write_lock for each walk)
+ *   -T LIB      the same with a thread looping dlopen(LIB) and dlclose
+ *   -O ADJ      set the host's oom_score_adj first (slurmstepd: -1000)
  * Output lines (stdout): "init_post_opt rc=R", "threads before=A after=B",
  * "children forked=N seen=M", "task L rc=R VAR=VALUE ...", "tasks ok=N
  * failed=M", "post_fork calls=N". Plugin log lines go to stderr.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -252,6 +257,36 @@ static spank_fn sym(void *h, const char *name)
 	return (spank_fn) dlsym(h, name);
 }
 
+/* -T: a thread that keeps the dynamic loader's locks busy, as slurmstepd's
+ * threads do when they unwind a stack or load an NSS module or a plugin. */
+static const char *loader_busy;
+
+static int phdr_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+	(void) info;
+	(void) size;
+	(*(volatile unsigned long *) data)++;
+	return 0;
+}
+
+static void *loader_thread(void *arg)
+{
+	volatile unsigned long n = 0;
+
+	(void) arg;
+	for (;;) {
+		if (!strcmp(loader_busy, "phdr")) {
+			dl_iterate_phdr(phdr_cb, (void *) &n);
+		} else {
+			void *h = dlopen(loader_busy, RTLD_NOW | RTLD_LOCAL);
+
+			if (h)
+				dlclose(h);
+		}
+	}
+	return NULL;
+}
+
 static void *load_thread(void *arg)
 {
 	(void) arg;
@@ -375,7 +410,7 @@ int main(int argc, char **argv)
 	pthread_t load[64];
 
 	env = calloc(1, sizeof(*env));
-	while ((c = getopt(argc, argv, "+n:g:s:o:e:t:l:aC:L:cqG:w:X:")) != -1) {
+	while ((c = getopt(argc, argv, "+n:g:s:o:e:t:l:aC:L:cqG:w:X:T:O:")) != -1) {
 		switch (c) {
 		case 'n': ntasks = atoi(optarg); break;
 		case 'g': goff = atoi(optarg); break;
@@ -401,6 +436,17 @@ int main(int argc, char **argv)
 		case 'q': quiet = 1; break;
 		case 'G': inproc = optarg; break;
 		case 'w': wait_ms = atoi(optarg); break;
+		case 'T': loader_busy = optarg; break;
+		case 'O': {
+			FILE *f = fopen("/proc/self/oom_score_adj", "w");
+
+			/* Lowering it needs CAP_SYS_RESOURCE (not in every container). */
+			if (!f || fprintf(f, "%s", optarg) < 0 || fclose(f))
+				printf("oom_score_adj unchanged\n");
+			else
+				printf("oom_score_adj set=%s\n", optarg);
+			break;
+		}
 		case 'X':
 			ctx = !strcmp(optarg, "local") ? S_CTX_LOCAL :
 			      !strcmp(optarg, "allocator") ? S_CTX_ALLOCATOR :
@@ -432,6 +478,14 @@ int main(int argc, char **argv)
 	if (!h) {
 		fprintf(stderr, "dlopen: %s\n", dlerror());
 		return 1;
+	}
+	if (loader_busy) {
+		pthread_t lt;
+
+		if (pthread_create(&lt, NULL, loader_thread, NULL)) {
+			fprintf(stderr, "pthread_create failed\n");
+			return 1;
+		}
 	}
 	fn = sym(h, "slurm_spank_init");
 	rc = fn ? fn(&sh, argc - optind - 1, argv + optind + 1) : -1;

@@ -43,13 +43,14 @@ func run(args []string) error {
 		fs := flag.NewFlagSet("start", flag.ContinueOnError)
 		var cfg cluster.Config
 		var plug, conf lines
-		fs.IntVar(&cfg.Nodes, "nodes", 1, "slurmd nodes (1..4)")
+		fs.IntVar(&cfg.Nodes, "nodes", 1, "slurmd nodes (1..256, one slurmd each on this host)")
 		fs.IntVar(&cfg.CPUs, "cpus", 0, "CPUs per node (default nproc)")
 		fs.StringVar(&cfg.TaskPlugin, "task", "task/none", "TaskPlugin")
 		fs.StringVar(&cfg.Proctrack, "proctrack", "", "ProctrackType (default by TaskPlugin)")
 		fs.IntVar(&cfg.GPUs, "gpus", 8, "fake GPUs per node")
 		fs.BoolVar(&cfg.ConstrainDevices, "constrain-devices", false, "cgroup.conf ConstrainDevices=yes")
 		fs.BoolVar(&cfg.OwnMunge, "own-munge", false, "always start a private munged")
+		fs.BoolVar(&cfg.AuthSlurm, "auth-slurm", false, "auth/slurm with a generated key, no munge (Slurm 23.11+)")
 		fs.Var(&plug, "plugstack", "plugstack.conf line (repeatable)")
 		fs.Var(&conf, "conf", "extra slurm.conf line (repeatable)")
 		if err := fs.Parse(args[1:]); err != nil {
