@@ -4,10 +4,10 @@ import "fmt"
 
 // PlanRequest is one node's planning problem in the form the CLI and the engine have it.
 type PlanRequest struct {
-	Topo      *Topology
-	Env       StepEnv
-	Gres      *GresConf // nil: no gres.conf known
-	GresFrom  string    // where Gres came from, for messages
+	Topo     *Topology
+	Env      StepEnv
+	Gres     *GresConf // nil: no gres.conf known
+	GresFrom string    // where Gres came from, for messages
 	// SlurmGres: slurm.conf gives this node a GPU GRES (NodeConf.SlurmGres).
 	SlurmGres bool
 	Numbering Numbering
