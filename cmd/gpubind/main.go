@@ -5,6 +5,7 @@
 //	gpubind snapshot [--root DIR] [--source auto|nvml|sysfs] > node.json
 //	gpubind plan --tasks N [--gpus LIST] [--task-cpus "0;1;0;1"] [--policy POLICY[,FLAGS]]
 //	             [--root DIR | --snapshot FILE] [--json]
+//	gpubind topology-conf --snapshots DIR
 //	gpubind version [--plugin FILE] [--slurmd FILE]
 //
 // Exit status: 0 ok, 1 failure, 2 usage error. Errors go to stderr.
@@ -32,6 +33,7 @@ const usage = `usage:
                    [--slurm-conf FILE] [--gres-conf FILE] [--node NAME]
                    [--numbering global|relative] [--source S] [--table]
   gpubind check    [--json] [--root DIR] [FILE options: gpubind check -h]
+  gpubind topology-conf --snapshots DIR
   gpubind help-policies
   gpubind version  [--plugin FILE] [--slurmd FILE]   (also --version)
 `
@@ -62,6 +64,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdVersion(args[1:], stdout)
 	case "check":
 		err = cmdCheck(args[1:], stdout, stderr)
+	case "topology-conf":
+		err = cmdTopologyConf(args[1:], stdout, stderr)
 	case "help-policies":
 		fmt.Fprint(stdout, gpubind.PolicyHelpText)
 	case "-h", "--help", "help":
