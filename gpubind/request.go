@@ -4,10 +4,12 @@ import "fmt"
 
 // PlanRequest is one node's planning problem in the form the CLI and the engine have it.
 type PlanRequest struct {
-	Topo      *Topology
-	Env       StepEnv
-	Gres      *GresConf // nil: no gres.conf known
-	GresFrom  string    // where Gres came from, for messages
+	Topo     *Topology
+	Env      StepEnv
+	Gres     *GresConf // nil: no gres.conf known
+	GresFrom string    // where Gres came from, for messages
+	// SlurmGres: slurm.conf gives this node a GPU GRES (NodeConf.SlurmGres).
+	SlurmGres bool
 	Numbering Numbering
 	Tasks     int
 	Option    string   // --gpu-bind-topo value
@@ -42,6 +44,7 @@ func Plan(r PlanRequest) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
+	gm.Managed = gm.Managed || r.SlurmGres
 	st, err := ResolveStep(r.Topo, r.Env, gm, r.Numbering)
 	if err != nil {
 		return nil, err

@@ -82,6 +82,10 @@ extern "C" {
                                     PMIx event said so; the message names its rank) while this
                                     one waited for it (since 1.3; 1.2 waited out
                                     GPUHELPER_TIMEOUT and returned GPUHELPER_ETIMEOUT) */
+#define GPUHELPER_EORDER (-14)   /* the ranks made collective calls in different orders (or with
+                                    different counts), seen where an ID exchange read another
+                                    kind of exchange's value (since 1.3; 1.2 could hand such a
+                                    rank the wrong ID) */
 
 /* gpuhelper_info_t.flags: nccl_id holds the world ID (rank 0 created it during gpuhelper_init). */
 #define GPUHELPER_INFO_NCCL_ID 0x1ULL

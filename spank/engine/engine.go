@@ -242,7 +242,7 @@ func plan(request string) (*gpubind.Table, error) {
 			CudaVisible: req.env("CUDA_VISIBLE_DEVICES"),
 		},
 	}
-	pr.Numbering, pr.Gres, pr.GresFrom = nc.Numbering, nc.Gres, nc.GresFrom
+	pr.Numbering, pr.Gres, pr.GresFrom, pr.SlurmGres = nc.Numbering, nc.Gres, nc.GresFrom, nc.SlurmGres
 	tab, err := gpubind.Plan(pr)
 	if err != nil {
 		return nil, err
