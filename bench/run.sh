@@ -932,6 +932,16 @@ summary() {
 		hi=$(col "$c" "\$1==\"fence\" && \$3==64 && \$4==1" 6 | median)
 		echo "| ID distribution, 64 processes, 1 root: direct / fence | (no goal) | $lo / $hi ms | |"
 	fi
+	c=$RES/scale.csv
+	if [[ -f $c ]]; then
+		local sn rs=() best
+		for sn in $(awk -F, 'NR>1{print $2}' "$c" | sort -un); do
+			best() { for p in "$@"; do col "$c" "\$1==\"$p\" && \$2==$sn && (\$5==\"1\" || \$5==\"raw\")" 7 | median; done | grep -v nan | sort -g | head -1; }
+			rs+=("$(ratio "$(best gh_direct gh_fence gh_tree)" "$(best raw_direct raw_fence raw_tree)")")
+		done
+		echo "| scale: world ID, best helper mode / best raw PMIx pattern ($(awk -F, 'NR>1{print $2}' "$c" | sort -un | paste -sd, -) nodes, section 8) | <= 1.2 | ${rs[*]} | $(for x in "${rs[@]}"; do verdict "$x" 1.2; done | sort | uniq -c | awk '{printf "%s%s x%d", (NR>1?", ":""), $2, $1}') |"
+		echo "| scale: failed or timed-out steps (section 8) | 0 | $(awk -F, '$5=="failed"{n++} END{print n+0}' "$RES/scale_stepd.csv" 2>/dev/null) | |"
+	fi
 	echo
 	echo "Each section below gives the commands, the medians, the raw CSV and what dominates the figure."
 	echo
@@ -953,7 +963,7 @@ assemble() {
 		done
 		# Sections written by bench/scale.sh, and hand-written ones (runs on other machines),
 		# kept across runs.
-		for s in gpu helper12 helper13 scale scale_plugin scale_gpu scale_plugin_gpu; do
+		for s in gpu helper12 helper13 scale scale_vm128 scale_plugin scale_gpu scale_plugin_gpu; do
 			[[ -f $RES/$s.md ]] && { cat "$RES/$s.md"; echo; }
 		done
 	} >"$out"

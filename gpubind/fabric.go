@@ -331,3 +331,16 @@ func (tab *Table) encodeFabric(add func(string, ...any)) {
 		add("imex %s", tab.IMEXDir)
 	}
 }
+
+// problem says why a fabric in an NVLink domain is not usable ("" when it is).
+func (f *Fabric) problem() string {
+	switch {
+	case f.Usable():
+		return ""
+	case f.State != FabricCompleted:
+		return f.State
+	case f.Status != 0:
+		return fmt.Sprintf("completed, registration failed (NVML error %d)", f.Status)
+	}
+	return "completed but " + f.Health
+}

@@ -44,6 +44,7 @@ type Config struct {
 	PlugStack        []string // lines of plugstack.conf (e.g. "required /path/spank_gpubind.so root=...")
 	GresConf         []string // gres.conf lines replacing the generated ones; @DEV@ stands for DevDir
 	SlurmConf        []string // extra slurm.conf lines; a line replaces the harness's line with the same key
+	TopologyConf     []string // lines of topology.conf beside slurm.conf (nil: none written)
 
 	// SlurmPrefix is the install prefix of the Slurm to run (bin/, sbin/ below it), for the
 	// version matrix: tests/slurm/build.sh prints one. Default: $SLURM_PREFIX, and when that

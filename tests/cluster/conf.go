@@ -238,6 +238,12 @@ func (c *Cluster) writeConfigs(ctldPort int, nodePorts []int, mungeSocket string
 			return err
 		}
 	}
+	if cfg.TopologyConf != nil {
+		// Slurm reads topology.conf beside slurm.conf (TopologyPlugin=topology/block, tree).
+		if err := writeLines(filepath.Join(d, "topology.conf"), cfg.TopologyConf); err != nil {
+			return err
+		}
+	}
 	// Always written, even empty: Slurm would otherwise read plugstack.conf next to slurm.conf
 	// or the system's file.
 	return writeLines(c.PlugStackPath, cfg.PlugStack)

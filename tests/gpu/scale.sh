@@ -25,12 +25,15 @@ fi
 bundle=$root/.gpu
 need "$bundle/slurm.tar.gz" "$bundle/prefix" "$bundle/scale/testcluster" "$bundle/build/spank_gpubind.so"
 part=${SCALE_PART:-}
+# Each part's sizes; a variable set by the caller wins (a dry run elsewhere: SCALE_NODES=8).
 case $part in
-big) export SCALE_NODES=128 SCALE_RPN=8 SCALE_RUNS=1 SCALE_WARMUP=0 SCALE_ITERS=2 SCALE_STEP_TIMEOUT=150 ;;
-sizes) export SCALE_NODES="16 32 64" SCALE_RPN=8 SCALE_RUNS=2 SCALE_WARMUP=1 SCALE_ITERS=3 SCALE_STEP_TIMEOUT=120 ;;
-plugin) export SCALE_NODES=128 SCALE_PLUGIN_NODES=128 SCALE_RUNS=3 SCALE_WARMUP=1 SCALE_STEP_TIMEOUT=120 ;;
+big) : "${SCALE_NODES:=128}" "${SCALE_RPN:=8}" "${SCALE_RUNS:=1}" "${SCALE_WARMUP:=0}" "${SCALE_ITERS:=2}" "${SCALE_STEP_TIMEOUT:=150}" ;;
+sizes) : "${SCALE_NODES:=16 32 64}" "${SCALE_RPN:=8}" "${SCALE_RUNS:=2}" "${SCALE_WARMUP:=1}" "${SCALE_ITERS:=3}" "${SCALE_STEP_TIMEOUT:=120}" ;;
+plugin) : "${SCALE_NODES:=128}" "${SCALE_RPN:=8}" "${SCALE_RUNS:=3}" "${SCALE_WARMUP:=1}" "${SCALE_ITERS:=1}" "${SCALE_STEP_TIMEOUT:=120}"
+	: "${SCALE_PLUGIN_NODES:=$SCALE_NODES}" ;;
 *) echo "scale.sh: SCALE_PART=$part: expected big, sizes or plugin" >&2; exit 2 ;;
 esac
+export SCALE_NODES SCALE_RPN SCALE_RUNS SCALE_WARMUP SCALE_ITERS SCALE_STEP_TIMEOUT SCALE_PLUGIN_NODES
 export SCALE_DEADLINE=${SCALE_DEADLINE:-480} SCALE_RES=$out/results SCALE_PREBUILT=$bundle/scale SCALE_AUTH_SLURM=1
 SCALE_PMIX_VERSION=$(cat "$bundle/scale/pmix-version" 2>/dev/null)
 export SCALE_PMIX_VERSION BUILD=$bundle/build
@@ -38,8 +41,10 @@ export SCALE_TITLE="8b. Scale on the GPU machine ($(nproc) cores): $part" SCALE_
 
 section "Slurm from .gpu, Debian's PMIx 4 over the system's"
 prefix=$(cat "$bundle/prefix")
-mkdir -p "$prefix"
-tar -xzf "$bundle/slurm.tar.gz" -C "$prefix"
+if [[ ! -x $prefix/sbin/slurmd ]]; then # a Slurm already there (the build machine) is left alone
+	mkdir -p "$prefix"
+	tar -xzf "$bundle/slurm.tar.gz" -C "$prefix"
+fi
 mkdir -p "$work/lib"
 for l in "$bundle"/lib/*; do
 	so=$(basename "$l")
