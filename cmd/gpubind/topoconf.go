@@ -52,4 +52,3 @@ func cmdTopologyConf(args []string, stdout, stderr io.Writer) error {
 	_, err = io.WriteString(stdout, out)
 	return err
 }
-

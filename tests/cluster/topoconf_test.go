@@ -75,7 +75,7 @@ func TestTopologyConfSlurm(t *testing.T) {
 	if log := c.SlurmctldLog(); strings.Contains(log, "error: ") && strings.Contains(log, "block") {
 		t.Errorf("slurmctld complains about the blocks:\n%s", log)
 	}
-	if out, errOut, err := c.Run(ctx, "sbatch", "-N1", "-w", "node1", "--exclusive", "--wrap", "sleep 300"); err != nil {
+	if out, errOut, err := c.Run(ctx, "sbatch", "-N1", "-w", "node1", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 300"); err != nil {
 		t.Fatalf("sbatch: %v\n%s%s", err, out, errOut)
 	}
 	if _, _, err := c.Run(ctx, "bash", "-c", `for i in $(seq 100); do squeue -h -t R | grep -q . && exit 0; sleep 0.2; done; exit 1`); err != nil {
