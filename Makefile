@@ -36,7 +36,7 @@ endif
 # (Debian 12's 22.05), the others are built from ../shared/slurm by tests/slurm/build.sh and
 # cached (SLURM_CACHE_DIR, default /var/cache/gpubind/slurm).
 SLURM_MATRIX ?= system 24.11.7 26.05.3
-INTEGRATION_PKGS := ./tests/cluster/... ./tests/plugin/... ./tests/cgroup/... ./tests/helper/...
+INTEGRATION_PKGS := ./tests/cluster/... ./tests/plugin/... ./tests/cgroup/... ./tests/helper/... ./tests/sitedefault/...
 GO_LDFLAGS   := -X github.com/gpubind/gpubind/gpubind.Version=$(VERSION)
 GOTESTFLAGS  ?=
 # go-nvml's header marks many calls deprecated; those warnings say nothing about our code.

@@ -24,6 +24,8 @@ type GresConf struct {
 	AutoDetect string // "nvml", "off", ... as written, lower case
 	// OtherNodes counts Name=gpu lines skipped because their NodeName= is another node.
 	OtherNodes int
+	// NodeLines counts the Name=gpu lines for this node: Slurm manages GPUs here.
+	NodeLines int
 }
 
 // ParseGresConf reads gres.conf text for node (lines with a NodeName= that does not
@@ -95,6 +97,7 @@ func (gc *GresConf) addLine(l ConfLine, node string) error {
 	if !strings.EqualFold(kv["name"], "gpu") {
 		return nil
 	}
+	gc.NodeLines++
 	files := kv["file"]
 	if files == "" {
 		files = kv["multiplefiles"]
@@ -235,6 +238,9 @@ type GresMap struct {
 	Source string
 	// Assumed is true when no gres.conf told the order and PCI order was assumed.
 	Assumed bool
+	// Managed: Slurm manages GPU GRES on this node (a Name=gpu line of gres.conf, or a
+	// Gres=gpu of slurm.conf, for it). A step Slurm gave no GPUs then has none.
+	Managed bool
 }
 
 // BuildGresMap maps each gres.conf File= entry to a GPU: file -> minor (stat rdev) ->
@@ -250,12 +256,13 @@ func BuildGresMap(t *Topology, gc *GresConf, from string) (*GresMap, error) {
 			// probably wrong; do not guess.
 			m.Assumed = gc.OtherNodes > 0 && gc.AutoDetect != "nvml"
 		}
+		m.Managed = gc != nil && gc.NodeLines > 0
 		for i := range t.GPUs {
 			m.GPUs = append(m.GPUs, i)
 		}
 		return m, nil
 	}
-	m := &GresMap{Source: "gres.conf " + from}
+	m := &GresMap{Source: "gres.conf " + from, Managed: true}
 	for idx, f := range gc.Files {
 		minor, err := DeviceMinor(f)
 		if err != nil {

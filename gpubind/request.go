@@ -4,16 +4,19 @@ import "fmt"
 
 // PlanRequest is one node's planning problem in the form the CLI and the engine have it.
 type PlanRequest struct {
-	Topo      *Topology
-	Env       StepEnv
-	Gres      *GresConf // nil: no gres.conf known
-	GresFrom  string    // where Gres came from, for messages
+	Topo     *Topology
+	Env      StepEnv
+	Gres     *GresConf // nil: no gres.conf known
+	GresFrom string    // where Gres came from, for messages
+	// SlurmGres: slurm.conf gives this node a GPU GRES (NodeConf.SlurmGres).
+	SlurmGres bool
 	Numbering Numbering
 	Tasks     int
-	Option    string // --gpu-bind-topo value
-	Mode      string // enforce (default) or optional
-	Force     Flags  // admin: flags always on
-	Never     Flags  // admin: flags always off
+	Option    string   // --gpu-bind-topo value
+	Mode      string   // enforce (default) or optional
+	Force     Flags    // admin: flags always on
+	Never     Flags    // admin: flags always off
+	Rails     []string // admin: the RDMA devices for NCCL/UCX (plugstack nics=); nil: closest
 }
 
 // Plan parses the option, maps the step's GPUs and builds the decision table. An
@@ -41,6 +44,7 @@ func Plan(r PlanRequest) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
+	gm.Managed = gm.Managed || r.SlurmGres
 	st, err := ResolveStep(r.Topo, r.Env, gm, r.Numbering)
 	if err != nil {
 		return nil, err
@@ -52,7 +56,7 @@ func Plan(r PlanRequest) (*Table, error) {
 		}
 		return nil, fmt.Errorf("cannot map Slurm's GPU numbers (GRES indices) to GPUs: %s; give the plugin gres_conf= or run in mode=optional", why)
 	}
-	tab, err := BuildTable(PlanInput{Topo: r.Topo, Step: st, Tasks: r.Tasks, Option: opt, Mode: mode})
+	tab, err := BuildTable(PlanInput{Topo: r.Topo, Step: st, Tasks: r.Tasks, Option: opt, Mode: mode, Rails: r.Rails})
 	if err != nil {
 		return nil, err
 	}

@@ -213,6 +213,8 @@ type NodeConf struct {
 	Numbering Numbering // NumberingAuto where slurm.conf is unknown or unreadable
 	Gres      *GresConf // nil: no gres.conf (GRES indices in PCI order, assumed)
 	GresFrom  string    // the gres.conf read
+	// SlurmGres: slurm.conf gives this node a Gres=gpu (Slurm manages its GPUs).
+	SlurmGres bool
 	// Read lists every configuration file the plan depends on, included ones too, and
 	// cgroup.conf and gres.conf where they could appear later: the plugin's plan cache
 	// trusts an entry only while none of them changed.
@@ -247,8 +249,12 @@ func LoadNodeConf(slurmConf, gresConf, node string) (*NodeConf, error) {
 	path := GresConfPath(gresConf, slurmConf)
 	if slurmConf != "" {
 		nc.addRead(slurmConf, filepath.Join(filepath.Dir(slurmConf), "cgroup.conf"))
+		if node == "" {
+			node = ShortHostname()
+		}
 		if s, lines, err := ReadSlurmSettings(slurmConf, "", nil); err == nil {
 			nc.Numbering = s.Numbering()
+			nc.SlurmGres = NodeHasGPUGres(lines, node)
 			nc.addRead(linesFiles(lines)...)
 		}
 	}
@@ -270,6 +276,39 @@ func LoadNodeConf(slurmConf, gresConf, node string) (*NodeConf, error) {
 	nc.addRead(linesFiles(lines)...)
 	nc.Gres, nc.GresFrom = gc, path
 	return nc, nil
+}
+
+// NodeHasGPUGres says whether slurm.conf's NodeName= lines give node a gpu GRES (Gres=gpu,
+// Gres=gpu:h100:8, ...), NodeName=DEFAULT lines included.
+func NodeHasGPUGres(lines []ConfLine, node string) bool {
+	has := false
+	for _, l := range lines {
+		if len(l.Fields) == 0 {
+			continue
+		}
+		k, names, ok := strings.Cut(l.Fields[0], "=")
+		if !ok || !strings.EqualFold(k, "nodename") {
+			continue
+		}
+		if !strings.EqualFold(names, "default") {
+			hosts, err := ExpandHostlist(names)
+			if err != nil || !slices.Contains(hosts, node) {
+				continue
+			}
+		}
+		for _, f := range l.Fields[1:] {
+			if k, v, ok := strings.Cut(f, "="); ok && strings.EqualFold(k, "gres") {
+				has = false
+				for _, g := range strings.Split(v, ",") {
+					name, _, _ := strings.Cut(g, ":")
+					if strings.EqualFold(name, "gpu") {
+						has = true
+					}
+				}
+			}
+		}
+	}
+	return has
 }
 
 // ShortHostname is this host's name up to the first dot: Slurm's usual node name.

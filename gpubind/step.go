@@ -121,8 +121,10 @@ func findUUID(t *Topology, u string) (int, *MIGDevice) {
 // mapped through gm; UUIDs are looked up directly. SLURM_JOB_GPUS without SLURM_STEP_GPUS
 // is a step without GPUs in a job with GPUs: no GPUs.
 // CUDA_VISIBLE_DEVICES decides the numbering under NumberingAuto, and is the GPU list
-// only when Slurm set neither variable. With no list at all, the step may use every
-// GPU of the node (Slurm does not manage GPUs there).
+// only when Slurm set neither variable. With no list at all: where Slurm manages GPU GRES
+// on the node (gm.Managed), the step has no GPUs (Slurm unsets SLURM_STEP_GPUS and
+// CUDA_VISIBLE_DEVICES for a step without GPUs); elsewhere it may use every GPU of the
+// node.
 func ResolveStep(t *Topology, env StepEnv, gm *GresMap, num Numbering) (*Step, error) {
 	st := &Step{Numbering: num}
 	var slurmName string
@@ -135,6 +137,13 @@ func ResolveStep(t *Topology, env StepEnv, gm *GresMap, num Numbering) (*Step, e
 		// GPUs that has none (--gres=none, --gpus=0) must not take the job's, which
 		// belong to its sibling steps.
 		st.Notes = append(st.Notes, fmt.Sprintf("the job has GPUs (SLURM_JOB_GPUS=%s) but this step has none (no SLURM_STEP_GPUS)", *env.JobGPUs))
+		if num == NumberingAuto {
+			st.Numbering = NumberingGlobal
+		}
+		return st, nil
+	}
+	if slurmList == nil && env.CudaVisible == nil && gm.Managed {
+		st.Notes = append(st.Notes, fmt.Sprintf("Slurm manages this node's GPUs (%s) and gave this step none (no SLURM_STEP_GPUS, no CUDA_VISIBLE_DEVICES)", gm.Source))
 		if num == NumberingAuto {
 			st.Numbering = NumberingGlobal
 		}

@@ -82,6 +82,10 @@ extern "C" {
                                     PMIx event said so; the message names its rank) while this
                                     one waited for it (since 1.3; 1.2 waited out
                                     GPUHELPER_TIMEOUT and returned GPUHELPER_ETIMEOUT) */
+#define GPUHELPER_EORDER (-14)   /* the ranks made collective calls in different orders (or with
+                                    different counts), seen where an ID exchange read another
+                                    kind of exchange's value (since 1.3; 1.2 could hand such a
+                                    rank the wrong ID) */
 
 /* gpuhelper_info_t.flags: nccl_id holds the world ID (rank 0 created it during gpuhelper_init). */
 #define GPUHELPER_INFO_NCCL_ID 0x1ULL
@@ -128,8 +132,8 @@ typedef struct gpuhelper_info {
  * error, except after GPUHELPER_ETIMEOUT, which it retries: the retry is the same exchange, so
  * it still meets a slow rank 0.
  *
- * GPU choice: the gpubind plugin's GPUBIND_* variables when set (cuda_device 0 of the
- * CUDA_VISIBLE_DEVICES it set); otherwise local_rank modulo the GPUs CUDA_VISIBLE_DEVICES lets
+ * GPU choice: the gpubind plugin's GPUBIND_* variables when set (the cuda_device its
+ * GPUBIND_CUDA_DEVICES names, 0 when unset, in the CUDA_VISIBLE_DEVICES it set); otherwise local_rank modulo the GPUs CUDA_VISIBLE_DEVICES lets
  * the process see, in PCI bus id order. Only GPUs the process can use count, as in CUDA: bound
  * to the nvidia driver, and /dev/nvidiaN readable and writable (so the device cgroup of Slurm's
  * ConstrainDevices, and containers, are respected; Slurm's indices 0..k-1 count those GPUs).

@@ -77,6 +77,8 @@ func code(err error) int {
 		return ce.code
 	case errors.Is(err, pmixkv.ErrNeedServer):
 		return C.GPUHELPER_ENOSERVER
+	case errors.Is(err, ncclid.ErrOrder):
+		return C.GPUHELPER_EORDER
 	case errors.Is(err, pmixkv.ErrPeerDied):
 		return C.GPUHELPER_EPEER
 	case errors.Is(err, pmixkv.ErrTimeout):

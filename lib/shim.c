@@ -461,6 +461,7 @@ GH_EXPORT const char *gpuhelper_strerror(int err)
     case GPUHELPER_EFINALIZED: return "GPUHELPER_EFINALIZED: gpuhelper_init after PMIx was released (gpuhelper_finalize): a process initialises once";
     case GPUHELPER_EMIG: return "GPUHELPER_EMIG: this rank's MIG instance cannot be its CUDA device (CUDA was loaded before gpuhelper_init)";
     case GPUHELPER_EPEER: return "GPUHELPER_EPEER: another process of the job ended while this one waited for it";
+    case GPUHELPER_EORDER: return "GPUHELPER_EORDER: the ranks made collective calls in different orders";
     }
     return "GPUHELPER_E?: unknown error code";
 }

@@ -408,11 +408,34 @@ func (e *Exchanger) create(distinct bool) (ID, error) {
 //	tagFailed: the root's error message
 //	tagID:     the ID (libgpuhelper 1.0)
 //	tagOrigin: the ID, its NCCL version (4 bytes, big endian, 0 = unknown), the library's path
+//	tagKind:   (libgpuhelper 1.3) the length of the collective's kind (1 byte), the kind
+//	           ("world", "scalable N", "group"), then one of the values above
+//
+// The world, scalable and group exchanges share the key sequence: a rank that makes them in
+// another order than the root reads the root's value of another kind under its key, and the
+// kind tells it so (ErrOrder) instead of it taking the wrong ID.
 const (
 	tagFailed = 0
 	tagID     = 1
 	tagOrigin = 2
+	tagKind   = 3
 )
+
+// ErrOrder marks collective calls made in a different order on different ranks.
+var ErrOrder = errors.New("ranks made collective calls in different orders")
+
+// valueKind is the kind a root records with its value: the collective and what every rank
+// passes alike (a group's color differs from rank to rank).
+func valueKind(c *coll) string {
+	if strings.HasPrefix(c.kind, "group ") {
+		return "group"
+	}
+	return c.kind
+}
+
+func withKind(kind string, v []byte) []byte {
+	return append(append([]byte{tagKind, byte(len(kind))}, kind...), v...)
+}
 
 func encode(id ID, o Origin) []byte {
 	v := append([]byte{tagOrigin}, id[:]...)
@@ -452,6 +475,7 @@ func (e *Exchanger) exchange(c *coll, isRoot bool, roots []int, distinct, nodeLo
 			ownOrigin = local()
 			val = encode(own, ownOrigin)
 		}
+		val = withKind(valueKind(c), val)
 		if err := e.KV.Put(key, val); err != nil {
 			return nil, nil, err
 		}
@@ -483,6 +507,14 @@ func (e *Exchanger) exchange(c *coll, isRoot bool, roots []int, distinct, nodeLo
 					"did it exit or never call the library? %w", r, e.Timeout, key, err)
 			}
 			return nil, nil, fmt.Errorf("ncclid: NCCL ID from root rank %d: %w", r, err)
+		}
+		if len(v) >= 2 && v[0] == tagKind && len(v) >= 2+int(v[1]) {
+			if kind := string(v[2 : 2+int(v[1])]); kind != valueKind(c) {
+				return nil, nil, fmt.Errorf("ncclid: collective call %d: rank %d made %q, this rank (%d) %q: every rank "+
+					"must make the collective calls in the same order (and pass the same counts): %w",
+					c.seq, r, kind, in.Rank, valueKind(c), ErrOrder)
+			}
+			v = v[2+int(v[1]):]
 		}
 		switch {
 		case len(v) == 1+Bytes && v[0] == tagID:

@@ -473,3 +473,35 @@ func TestReadsVersion1Value(t *testing.T) {
 		t.Fatalf("got %v %+v %v", got, o, err)
 	}
 }
+
+// Issue 26: ranks that make the ID exchanges in different orders, with the same root, read
+// each other's values under one key. Rank 1 took rank 0's scalable ID as the world ID and went
+// on (to hang later in ncclCommInitRank); the kind in the value makes it fail naming both.
+func TestOrderMismatch(t *testing.T) {
+	_, errs := newJobErrs(t, 2, func(e *Exchanger) error {
+		e.NewID = func() (ID, error) { return ID{1}, nil }
+		if e.KV.Info().Rank == 0 {
+			_, err := e.Scalable(1)
+			return err
+		}
+		_, err := e.World()
+		return err
+	})
+	if errs[0] != nil {
+		t.Errorf("rank 0 (the root): %v", errs[0])
+	}
+	if !errors.Is(errs[1], ErrOrder) || !strings.Contains(fmt.Sprint(errs[1]), `rank 0 made "scalable 1", this rank (1) "world"`) {
+		t.Errorf("rank 1: %v, want ErrOrder naming both calls", errs[1])
+	}
+	// Groups of different colors are one collective: no mismatch.
+	_, errs = newJobErrs(t, 3, func(e *Exchanger) error {
+		e.NewID = func() (ID, error) { return ID{byte(e.KV.Info().Rank + 1)}, nil }
+		_, err := e.Group(e.KV.Info().Rank % 2)
+		return err
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("group, rank %d: %v", r, err)
+		}
+	}
+}

@@ -58,6 +58,15 @@ static struct {
 	 */
 	char problem[2400];
 	int problem_fatal;
+	/*
+	 * The option came from the admin's default= (neither the user's
+	 * --gpu-bind-topo nor SLURM_GPU_BIND_TOPO): a step the default cannot
+	 * bind, or one the user bound with Slurm's own options, is left exactly
+	 * as Slurm set it up.
+	 */
+	int from_default;
+	/* The user's own GPU binding seen with their explicit option (warned once). */
+	char user_bind[512];
 } step;
 
 /*
@@ -267,6 +276,7 @@ static int build_request(spank_t sp, const char *option, struct req *r)
 	req_add(r, "gres_conf", gb_conf.gres_conf);
 	req_add(r, "force", gb_conf.force);
 	req_add(r, "never", gb_conf.never);
+	req_add(r, "nics", gb_conf.nics);
 
 	(void) snprintf(num, sizeof(num), "%u", (unsigned) step.uid);
 	req_add(r, "uid", num);
@@ -455,6 +465,19 @@ static int plan_step(spank_t sp, const char *option)
 		gb_plancache_end(&pc);
 		return rc;
 	}
+	if (step.plan.ngpus == 0) {
+		/*
+		 * A step without GPUs here (a CPU-only step on a node where Slurm
+		 * manages GPUs, --gres=none, --gpus=0): nothing to bind, and nothing
+		 * changed, not even a failure (docs/admin.md "default=").
+		 */
+		for (int i = 0; i < step.plan.nmessages; i++)
+			gb_verbose("%s", step.plan.messages[i]);
+		gb_verbose("the step has no GPUs on this node: not bound, its environment and devices are Slurm's");
+		gb_table_free(&step.plan);
+		gb_plancache_end(&pc);
+		return 0;
+	}
 	apply_admin_flags(&step.plan);
 	for (int i = 0; i < step.plan.nmessages; i++) {
 		if (step.plan.status == GB_STATUS_WARN)
@@ -474,12 +497,61 @@ static int plan_step(spank_t sp, const char *option)
 }
 
 /*
+ * The user's own GPU binding in an environment read by get (spank_getenv on
+ * the step's, or getenv in a task): "NAME=VALUE" in buf, or 0. Slurm 24.11+
+ * exports the step's --tres-bind/--gpu-bind (and the per_task that
+ * --gpus-per-task implies) as SLURM_TRES_BIND; Slurm 22.05's sbatch exports
+ * --gpu-bind as SLURM_GPU_BIND, and its slurmstepd gives each task the step's
+ * tres_bind as SLURMD_TRES_BIND (set before spank_user_task, after
+ * init_post_opt).
+ */
+static int gb_user_gpu_bind(char *(*get)(void *ctx, const char *name),
+			    void *ctx, char *buf, size_t len)
+{
+	static const char *const names[] = {
+		"SLURM_TRES_BIND", "SLURMD_TRES_BIND", "SLURM_GPU_BIND",
+	};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		char *v = get(ctx, names[i]);
+		const char *g = NULL;
+
+		if (!v)
+			continue;
+		if (!strcmp(names[i], "SLURM_GPU_BIND"))
+			g = *v ? v : NULL;
+		else if ((g = strstr(v, "gres/gpu:")))   /* gres/gpu:map:0,1 */
+			g += strlen("gres/gpu:");
+		else if ((g = strstr(v, "gpu:")))        /* gpu:per_task:1 */
+			g += strlen("gpu:");
+		/* --gpu-bind=none, verbose only: no binding of the user's. */
+		if (g && !strncmp(g, "verbose", 7))
+			g += g[7] == ',' ? 8 : 7;
+		if (g && *g && strncmp(g, "none", 4)) {
+			(void) snprintf(buf, len, "%s=%s", names[i], v);
+			free(v);
+			return 1;
+		}
+		free(v);
+	}
+	return 0;
+}
+
+static char *step_getenv(void *ctx, const char *name)
+{
+	int failed;
+
+	return getenv_alloc((spank_t) ctx, name, &failed);
+}
+
+/*
  * The option text to plan for, in option. Returns 1 to plan, 0 when the step
- * is not bound (off, or a step that only passes the option on).
+ * is not bound (off, a step that only passes the option on, or the admin's
+ * default on a step the user bound with Slurm's own options).
  */
 static int step_option(spank_t sp, char *option, size_t len)
 {
-	char *envopt;
+	char *envopt, user[512];
 	int failed, rc;
 
 	if (step_passes_option_on())
@@ -487,8 +559,31 @@ static int step_option(spank_t sp, char *option, size_t len)
 	envopt = getenv_alloc(sp, GB_ENV_OPTION, &failed);
 	if (failed)
 		return plan_failed("cannot read " GB_ENV_OPTION);
+	step.from_default = !gb_opt_set && !(envopt && *envopt);
 	rc = gb_effective_option(envopt, option, len);
 	free(envopt);
+	if (!rc && !step.from_default && gb_conf.force[0] &&
+	    gb_conf.default_opt[0] && !gb_option_is_off(gb_conf.default_opt)) {
+		/*
+		 * The user's off means "as if I had asked nothing": the admin's
+		 * default, with what the admin forces. It cannot bypass force.
+		 */
+		gb_verbose("--%s=off with %s=force in plugstack.conf: the default=%s applies",
+			   GB_OPTION_NAME, gb_conf.force, gb_conf.default_opt);
+		(void) snprintf(option, len, "%s", gb_conf.default_opt);
+		step.from_default = 1;
+		rc = 1;
+	}
+	if (rc && gb_user_gpu_bind(step_getenv, sp, user, sizeof(user))) {
+		if (!step.from_default) {
+			(void) snprintf(step.user_bind, sizeof(step.user_bind),
+					"%s", user);
+		} else {
+			gb_verbose("the step has the user's own GPU binding (%s): the default=%s of plugstack.conf steps aside",
+				   user, gb_conf.default_opt);
+			return 0;
+		}
+	}
 	return rc;   /* 0 for off: no child, no environment change */
 }
 
@@ -584,6 +679,8 @@ static int task_rule(struct task *tk)
 				tk->lid, err);
 		return -1;
 	}
+	/* visible=first|localid: the step's other GPUs the task may open. */
+	gb_result_widen(plan, &tk->res, tk->lid);
 	return 0;
 }
 
@@ -666,6 +763,60 @@ static void task_log(const struct task *tk)
 			   tk->lid, (gb_now_us() - step.start_us) / 1000.0);
 }
 
+static void task_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* One line on the user's terminal (the task's stderr). */
+static void task_warn(const char *fmt, ...)
+{
+	char out[1400];
+	va_list ap;
+	int n = snprintf(out, sizeof(out), "%swarning: ", GB_PREFIX);
+
+	va_start(ap, fmt);
+	n += vsnprintf(out + n, sizeof(out) - n - 1, fmt, ap);
+	va_end(ap);
+	if (n > 0 && (size_t) n < sizeof(out) - 1) {
+		out[n++] = '\n';
+		(void) !write(STDERR_FILENO, out, n);
+	}
+}
+
+/*
+ * The user's own GPU binding (Slurm's --gpu-bind/--tres-bind), seen in the
+ * step's environment at init_post_opt, or only now in the task's (Slurm
+ * 22.05's srun: SLURMD_TRES_BIND). Under the admin's default the task is left
+ * as Slurm set it up: returns 1. Under isolate its device cgroup is ours
+ * already (task_post_fork ran first): it is bound as planned, and task 0
+ * warns. With the user's explicit --gpu-bind-topo ours applies, and global
+ * task 0 names both.
+ */
+static int task_user_bind(spank_t sp, const struct task *tk)
+{
+	char user[512];
+
+	if (step.user_bind[0])
+		(void) snprintf(user, sizeof(user), "%s", step.user_bind);
+	else if (!gb_user_gpu_bind(step_getenv, sp, user, sizeof(user)))
+		return 0;
+	if (!step.from_default) {
+		if (step.plan_active && tk->gid == 0)
+			task_warn("you gave both --%s=%s and your own GPU binding (%s): --%s applies",
+				  GB_OPTION_NAME,
+				  gb_opt_value[0] ? gb_opt_value : "(from " GB_ENV_OPTION ")",
+				  user, GB_OPTION_NAME);
+		return 0;
+	}
+	if (step.plan_active && (step.plan.flags & GB_FLAG_ISOLATE)) {
+		if (tk->lid == 0)
+			task_warn("the site's default --%s=%s (isolate) replaces your own GPU binding (%s)",
+				  GB_OPTION_NAME, gb_conf.default_opt, user);
+		return 0;
+	}
+	gb_verbose("task %d has the user's own GPU binding (%s): the default=%s of plugstack.conf steps aside",
+		   tk->lid, user, gb_conf.default_opt);
+	return 1;
+}
+
 /* Multi-node NVLink: a fabric not ready, or no IMEX channel, on the user's
  * terminal (fabric.c decides; nothing for GPUs outside an NVLink domain). */
 static void task_warn_fabric(const struct task *tk)
@@ -691,6 +842,8 @@ int gb_stepd_task_init(spank_t sp)
 		return 0;
 	if (task_get_info(sp, &tk) < 0)
 		goto fail;
+	if (task_user_bind(sp, &tk))
+		goto out;
 	if (!step.plan_active) {
 		ret = task_report_problem(tk.lid);
 		goto out;

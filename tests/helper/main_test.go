@@ -92,6 +92,9 @@ func setup() error {
 		return fmt.Errorf("pkg-config pmix: %v", err)
 	}
 	progs = append(progs, append([]string{"-std=gnu11", "-o", "nodeid", here + "/nodeid.c"}, strings.Fields(string(pmix))...))
+	// A libpmix that hides job facts (PMIXHIDE_KEYS), for GPUHELPER_PMIX_LIBRARY.
+	progs = append(progs, append([]string{"-std=gnu11", "-shared", "-fPIC", "-o", "libpmixhide.so", here + "/pmixhide.c", "-Wl,--no-as-needed"},
+		append(strings.Fields(string(pmix)), "-ldl")...))
 	for _, p := range progs {
 		if err := sh(binDir, "cc", append([]string{"-Wall", "-Wextra", "-Werror", "-O2", "-g"}, p...)...); err != nil {
 			return err

@@ -110,6 +110,25 @@ func TestSrun(t *testing.T) {
 		out, err := srun(t, c, []string{"GPUHELPER_TIMEOUT=120"}, "--mpi=pmix", "-O", "-N2", "-n3", bin("ghtest"), "abortininit")
 		checkAbort(t, out, err, time.Since(start))
 	})
+	// Issue 26: a server without pmix.local.size, pmix.nodeid or pmix.lrank (or, on one node,
+	// pmix.lpeers) made init fail, though the other facts determine them.
+	for _, tc := range []struct {
+		nodes, n int
+		hide     string
+	}{
+		{2, 4, "pmix.local.size,pmix.nodeid,pmix.lrank"},
+		{1, 3, "pmix.local.size,pmix.nodeid,pmix.lrank,pmix.lpeers"},
+	} {
+		t.Run(fmt.Sprintf("missing facts/N=%d/n=%d", tc.nodes, tc.n), func(t *testing.T) {
+			log := stubLogPath(t)
+			out, err := srun(t, c, []string{"STUBNCCL_LOG=" + log, "GPUHELPER_PMIX_LIBRARY=" + bin("libpmixhide.so"), "PMIXHIDE_KEYS=" + tc.hide},
+				"--mpi=pmix", "-O", fmt.Sprintf("-N%d", tc.nodes), fmt.Sprintf("-n%d", tc.n), bin("ghtest"), "info", "1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkInfo(t, out, tc.n, tc.nodes, 1, log)
+		})
+	}
 	t.Run("GPUHELPER_NCCL_ID=lazy/N=2/n=4", func(t *testing.T) {
 		log := stubLogPath(t)
 		out, err := srun(t, c, []string{"GPUHELPER_NCCL_ID=lazy", "STUBNCCL_LOG=" + log}, "--mpi=pmix", "-O", "-N2", "-n4", bin("ghtest"), "lazyid")

@@ -20,7 +20,8 @@
  *   origin      (1.1) gpuhelper_nccl_origin: prints rank 0's NCCL version and library
  *   vers        init; OK with "same" on success, OK with the message on GPUHELPER_ENCCL (an NCCL
  *               version mismatch); a failing finalize is fine (the others have left)
- *   dlscope     init, then ncclGetUniqueId must not be visible process-wide (dlsym RTLD_DEFAULT)
+ *   dlscope     init, then ncclGetUniqueId and PMIx_Init (of the libraries it dlopened) must not
+ *               be visible process-wide (dlsym RTLD_DEFAULT)
  *   reinit CODE init, finalize, init again: the second init must return CODE
  *   coll        (1.1) barrier, bcast from the last rank, allgather, and their bad inputs
  *   abort R     (1.1) rank R calls gpuhelper_abort(7, ...); the others wait in a barrier, then
@@ -519,6 +520,10 @@ static int mode_dlscope(void)
         return fail("init", rc);
     if (dlsym(RTLD_DEFAULT, "ncclGetUniqueId") != NULL)
         return fail("the library's dlopen of NCCL made ncclGetUniqueId visible process-wide", GPUHELPER_EINTERNAL);
+    /* Issue 26: libpmix was dlopen'ed RTLD_GLOBAL, so an MPI with its own PMIx, loaded later,
+     * could bind to ours. (This program does not link libpmix itself.) */
+    if (dlsym(RTLD_DEFAULT, "PMIx_Init") != NULL)
+        return fail("the library's dlopen of libpmix made PMIx_Init visible process-wide", GPUHELPER_EINTERNAL);
     printf("OK %d dlscope\n", info.rank);
     return finalize();
 }
