@@ -21,6 +21,9 @@
 # section run alone updates its part. Needs root, `make deps` and `make build`; a section whose
 # component is not built says so in RESULTS.md ("pending") instead of failing the others.
 #
+# BENCH_OLD_REV=REV (plancache only): also run the plugin of revision REV (built from a git
+# worktree), plan cache off, as the variant "oldnocache": e.g. the forked engine child before
+# the launcher against the launcher, side by side.
 # Knobs (environment): RUNS (default 7), LAUNCH_RUNS (default 3 x RUNS: a launch is short and
 # noisy), ITERS (scaling iterations per step, default 3), BENCHTIME (go test -benchtime, 300ms),
 # BENCH_NICE (nice value for the whole run, default -10; 0 = leave it).
@@ -87,6 +90,7 @@ trap 'exit 130' INT TERM
 
 HAVE_PLUGIN=0
 HAVE_HELPER=0
+OLD_DESC=""
 # Other people may rebuild build/ while this runs: measure private copies.
 prepare() {
 	mkdir -p "$WORK/plugin" "$WORK/bin" "$WORK/cache" "$RES"
@@ -97,6 +101,19 @@ prepare() {
 		HAVE_PLUGIN=1
 	else
 		log "plugin not built (build/spank_gpubind.so, build/gpubind_engine.so, build/gpubind-launcher): plugin sections pending"
+	fi
+	if [[ -n ${BENCH_OLD_REV:-} && $HAVE_PLUGIN == 1 ]]; then
+		log "building the plugin of BENCH_OLD_REV=$BENCH_OLD_REV into $WORK/old"
+		git worktree add -q --detach "$WORK/old-src" "$BENCH_OLD_REV" || die "BENCH_OLD_REV=$BENCH_OLD_REV: no such revision"
+		mkdir -p "$WORK/old"
+		make -s -C "$WORK/old-src/spank/frontend" BUILD="$WORK/old" >/dev/null || die "BENCH_OLD_REV: plugin build failed"
+		(cd "$WORK/old-src" && go build -trimpath -buildmode=c-shared -o "$WORK/old/gpubind_engine.so" ./spank/engine) ||
+			die "BENCH_OLD_REV: engine build failed"
+		if [[ -n $(cd "$WORK/old-src" && go list -tags gpubind_launcher -f '{{.GoFiles}}' ./spank/engine | grep -o launcher.go) ]]; then
+			(cd "$WORK/old-src" && go build -trimpath -tags gpubind_launcher -o "$WORK/old/gpubind-launcher" ./spank/engine)
+		fi
+		git worktree remove --force "$WORK/old-src"
+		OLD_DESC="$BENCH_OLD_REV ($(git rev-parse --short "$BENCH_OLD_REV"))"
 	fi
 	local W=(-Wall -Wextra -Werror -O2 -g -I"$ROOT/bench/c")
 	local B=$WORK/bin
@@ -283,20 +300,25 @@ section_plancache() {
 	export SLURM_CONF GPUBIND_TEST_CLUSTER
 	local slog=$CLUSTER/log/slurmd-node1.log
 	local line="required $WORK/plugin/spank_gpubind.so launcher=$WORK/plugin/gpubind-launcher root=$FIXTURE source=sysfs cache_dir=$cache"
+	local oldline="required $WORK/old/spank_gpubind.so root=$FIXTURE source=sysfs cache_dir=$cache plan_cache=0"
+	[[ -f $WORK/old/gpubind-launcher ]] && oldline+=" launcher=$WORK/old/gpubind-launcher"
+	local old=""
+	[[ -n $OLD_DESC ]] && old=" oldnocache"
 	echo "kind,ntasks,run,ms,plan_ms,hit" >"$csv"
-	log "plancache: $LAUNCH_RUNS runs x N=1,4,16 x {none, nocache, first, repeat}"
+	log "plancache: $LAUNCH_RUNS runs x N=1,4,16 x {none, nocache, first, repeat$old}"
 	local run n i v off ms new plan hit t0 args order
 	for ((run = 0; run <= LAUNCH_RUNS; run++)); do # run 0 warms up (discovery cache, page cache)
 		for n in 1 4 16; do
 			case $((run % 3)) in
-			0) order="none nocache first repeat" ;;
-			1) order="nocache first repeat none" ;;
-			*) order="first repeat none nocache" ;;
+			0) order="none nocache first repeat$old" ;;
+			1) order="nocache$old first repeat none" ;;
+			*) order="first repeat none$old nocache" ;;
 			esac
 			for v in $order; do
 				case $v in
 				none) : >"$CLUSTER/plugstack.conf.new" ;;
 				nocache) echo "$line plan_cache=0" >"$CLUSTER/plugstack.conf.new" ;;
+				oldnocache) echo "$oldline" >"$CLUSTER/plugstack.conf.new" ;;
 				*) echo "$line" >"$CLUSTER/plugstack.conf.new" ;;
 				esac
 				mv -f "$CLUSTER/plugstack.conf.new" "$CLUSTER/plugstack.conf"
@@ -337,7 +359,8 @@ $new"
 	local spawn_out=$WORK/spawn.txt
 	: >"$spawn_out"
 	for i in 1 2 3; do
-		"$WORK/bin/spawn_launch" "$WORK/plugin/gpubind_engine.so" "$WORK/request.txt" 41 6 8 >>"$spawn_out" ||
+		"$WORK/bin/spawn_launch" "$WORK/plugin/gpubind_engine.so" "$WORK/request.txt" 41 6 8 \
+			"$WORK/plugin/gpubind-launcher" >>"$spawn_out" ||
 			die "plancache: spawn_launch failed"
 	done
 	"$WORK/testcluster" stop "$CLUSTER" || log "warning: cluster stop failed: $CLUSTER"
@@ -350,10 +373,10 @@ $new"
 		echo "the per-boot discovery cache warm. Wall time of \`srun -N1 -w node1 -n N --gpus=min(N,8)"
 		echo "[--gpu-bind-topo] true\` from the calling shell (N=16 adds \`--cpu-bind=none\` in every variant:"
 		echo "task/affinity cannot lay out 16 tasks on the 2 real CPUs), $LAUNCH_RUNS runs per cell after one warm-up; in"
-		echo "every run the four variants run back to back, in an order that rotates:"
+		echo "every run the variants run back to back, in an order that rotates:"
 		echo
 		echo "- none: empty plugstack.conf, no option;"
-		echo "- nocache: the plugin with \`plan_cache=0\`: the engine child runs for every step (the behaviour"
+		echo "- nocache: the plugin with \`plan_cache=0\`: the launcher runs for every step (the behaviour"
 		echo "  before the plan cache);"
 		echo "- first: the plugin, plan cache entries deleted just before: the first step of this shape;"
 		echo "- repeat: the same step right after: a plan cache hit (checked in the slurmd log)."
@@ -378,19 +401,37 @@ $new"
 		echo
 		echo "| variant | N | median (ms) | p90 (ms) | max (ms) |"
 		echo "|---|---|---|---|---|"
-		for v in nocache first repeat; do
+		for v in nocache first repeat$old; do
 			for n in 1 4 16; do
 				echo "| $v | $n | $(col "$csv" "\$1==\"$v\" && \$2==$n" 5 | median) | $(col "$csv" "\$1==\"$v\" && \$2==$n" 5 | pctl 90) | $(col "$csv" "\$1==\"$v\" && \$2==$n" 5 | sort -g | tail -1) |"
 			done
 		done
 		echo
-		echo "The engine child alone (fork, dlopen, Go start, discovery cache read, plan, table; warm"
-		echo "caches, 4 tasks), and the same engine started by a \`posix_spawn\`ed launcher that dlopens it"
-		echo "(nothing but exec after fork in the parent): \`bench/c/spawn_launch.c\`, parent with 6 idle"
-		echo "threads and 8 MB touched (slurmstepd's size), 41 runs alternated, medians of 3 rounds:"
-		echo "fork $(awk '$1=="fork"{print $3}' "$spawn_out" | median) ms, spawn $(awk '$1=="spawn" && $2=="median"{print $3}' "$spawn_out" | median) ms,"
-		echo "spawn - fork $(awk '$1=="spawn" && $2=="-"{print $4}' "$spawn_out" | median) ms per engine run. With the plan cache only"
-		echo "the first step of a shape pays either."
+		if [[ -n $OLD_DESC ]]; then
+			echo "oldnocache: the plugin of BENCH_OLD_REV=$OLD_DESC with \`plan_cache=0\`, alternated with the"
+			echo "others in every run. Step plan medians, this tree's nocache against it (same runs):"
+			echo
+			echo "| N | nocache plan median (ms) | oldnocache plan median (ms) | ratio of medians | median of per-run ratios | nocache srun median (ms) | oldnocache srun median (ms) |"
+			echo "|---|---|---|---|---|---|---|"
+			local pn po f
+			for n in 1 4 16 all; do
+				f="\$2==$n"
+				[[ $n == all ]] && f=1
+				pn=$(col "$csv" "\$1==\"nocache\" && $f" 5 | median)
+				po=$(col "$csv" "\$1==\"oldnocache\" && $f" 5 | median)
+				echo "| $n | $pn | $po | $(ratio "$pn" "$po") | $(plan_ratios "$csv" "$n" | median) | $(col "$csv" "\$1==\"nocache\" && $f" 4 | median) | $(col "$csv" "\$1==\"oldnocache\" && $f" 4 | median) |"
+			done
+			echo
+		fi
+		echo "The engine alone (start, discovery cache read, plan, table; warm caches, 4 tasks), three"
+		echo "ways: fork of the parent + dlopen of the c-shared engine (the old child.c); \`posix_spawn\` of a"
+		echo "C launcher that dlopens it; \`posix_spawn\` of \`gpubind-launcher\`, the engine built as a Go"
+		echo "program (what the plugin runs now): \`bench/c/spawn_launch.c\`, parent with 6 idle threads and"
+		echo "8 MB touched (slurmstepd's size), 41 runs alternated, medians of 3 rounds:"
+		echo "fork $(awk '$1=="fork"{print $3}' "$spawn_out" | median) ms, C launcher $(awk '$1=="spawn" && $2=="median"{print $3}' "$spawn_out" | median) ms,"
+		echo "Go program $(awk '$1=="goprog" && $2=="median"{print $3}' "$spawn_out" | median) ms; Go program / C launcher"
+		echo "$(awk '$1=="goprog" && $2=="/"{print $4}' "$spawn_out" | median) (docs/architecture.md: why the Go program). With the plan cache"
+		echo "only the first step of a shape pays any of them."
 		echo
 		echo "Raw: \`bench/results/plancache.csv\` (ms per srun, plan ms, hit)."
 	} >"$md"
@@ -401,6 +442,13 @@ $new"
 pc_ratios() {
 	awk -F, -v k="$2" -v n="$3" 'NR>1 && $2==n {v[$1, $3]=$4; r[$3]=1}
 		END {for (i in r) if ((((k, i) in v)) && ((("none", i) in v)) && v["none", i] > 0) printf "%.4f\n", v[k, i]/v["none", i]}' "$1"
+}
+
+# plan_ratios CSV N|all: nocache/oldnocache step plan time of each run (and N) of plancache.csv.
+plan_ratios() {
+	awk -F, -v n="$2" 'NR>1 && (n=="all" || $2==n) {v[$1, $2, $3]=$5; r[$2 SUBSEP $3]=1}
+		END {for (i in r) if ((("nocache" SUBSEP i) in v) && (("oldnocache" SUBSEP i) in v) && v["oldnocache" SUBSEP i] > 0)
+			printf "%.4f\n", v["nocache" SUBSEP i]/v["oldnocache" SUBSEP i]}' "$1"
 }
 
 # pctl P: the P-th percentile (nearest rank) of the numbers on stdin.

@@ -305,7 +305,9 @@ func TestNICsAndEnv(t *testing.T) {
 	want := map[string]string{
 		"CUDA_VISIBLE_DEVICES": "5", "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "GPUBIND_GPUS": "5",
 		"GPUBIND_PCI_BUS_IDS": "0000:ab:00.0", "GPUBIND_UUIDS": topo.GPUs[5].UUID, "GPUBIND_NUMA": "1",
-		"NCCL_IB_HCA": "=mlx5_5:1", "UCX_NET_DEVICES": "mlx5_5:1",
+		"GPUBIND_CUDA_DEVICES": "0", "GPUBIND_NIC": "mlx5_5:1",
+		// The node's rails, the same for every task (NCCL's rule); UCX the task's own.
+		"NCCL_IB_HCA": "=mlx5_0:1,mlx5_5:1", "UCX_NET_DEVICES": "mlx5_5:1",
 	}
 	if !reflect.DeepEqual(env, want) {
 		t.Errorf("env %v\nwant %v", env, want)

@@ -126,12 +126,39 @@ func ParseFlags(what, list string) (Flags, error) {
 	return f, nil
 }
 
+// Values of the visible= setting: which of the step's GPUs a task sees.
+const (
+	VisibleOwn     = "own"     // only the task's own GPU(s) (the default)
+	VisibleFirst   = "first"   // all of the step's GPUs, the task's own first, then nearest first
+	VisibleLocalID = "localid" // all of the step's GPUs, the task's own at entry SLURM_LOCALID
+)
+
+// visibleHelp is the help text of visible=.
+const visibleHelp = `which GPUs a task sees: own (default) only its own; first all of the
+step's GPUs on the node, its own first (device 0) then nearest first (CUDA
+IPC/P2P between tasks work); localid all, its own at entry SLURM_LOCALID
+(for programs that call cudaSetDevice(local_rank))`
+
 // Option is a parsed --gpu-bind-topo value.
 type Option struct {
-	Policy string
-	N      int      // per-task:N, single:N
-	Map    []string // map:LIST entries, expanded: GRES indices or GPU-/MIG- UUIDs
-	Flags  Flags
+	Policy  string
+	N       int      // per-task:N, single:N
+	Map     []string // map:LIST entries, expanded: GRES indices or GPU-/MIG- UUIDs
+	Flags   Flags
+	Visible string // visible=: VisibleOwn ("" means own), VisibleFirst, VisibleLocalID
+}
+
+// parseVisible reads "visible=VALUE"; ok is false when t is no visible= item.
+func parseVisible(whole, t string) (v string, ok bool, err error) {
+	v, ok = strings.CutPrefix(t, "visible=")
+	if !ok {
+		return "", false, nil
+	}
+	switch v {
+	case VisibleOwn, VisibleFirst, VisibleLocalID:
+		return v, true, nil
+	}
+	return "", true, fmt.Errorf("option %q: visible=%s: want visible=own, visible=first or visible=localid", whole, v)
 }
 
 // String prints the option in its canonical form.
@@ -145,6 +172,9 @@ func (o Option) String() string {
 	}
 	if f := o.Flags.String(); f != "-" {
 		p += "," + f
+	}
+	if o.Visible != "" && o.Visible != VisibleOwn {
+		p += ",visible=" + o.Visible
 	}
 	return p
 }
@@ -214,8 +244,9 @@ func helpText() string {
 	for _, d := range flagDefs {
 		item(d.name, d.help)
 	}
+	item("visible=V", visibleHelp)
 	b.WriteString(`Examples: --gpu-bind-topo  --gpu-bind-topo=closest,verbose  --gpu-bind-topo=map:3,2,1,0
-          --gpu-bind-topo=per-task:2,nic  --gpu-bind-topo=single:2
+          --gpu-bind-topo=per-task:2,nic  --gpu-bind-topo=single:2  --gpu-bind-topo=closest,visible=first
 `)
 	return b.String()
 }
@@ -242,6 +273,13 @@ func ParseOption(s string) (Option, error) {
 		}
 		if o.Flags.set(t, true) {
 			inMap = false
+			continue
+		}
+		if v, ok, err := parseVisible(s, t); ok {
+			if err != nil {
+				return o, err
+			}
+			o.Visible, inMap = v, false
 			continue
 		}
 		name, arg, hasArg := strings.Cut(t, ":")

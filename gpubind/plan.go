@@ -14,6 +14,9 @@ type PlanInput struct {
 	Tasks  int
 	Option Option
 	Mode   string // enforce (default) or optional
+	// Rails are the admin's RDMA devices for NCCL and UCX (plugstack nics=); nil: the
+	// NICs closest to the step's GPUs.
+	Rails []string
 }
 
 // BuildTable plans a step: it validates the option against the step, orders the
@@ -37,6 +40,8 @@ func BuildTable(in PlanInput) (*Table, error) {
 		tab.NUMA = append(tab.NUMA, TableNUMA(n))
 	}
 	G := len(st.GPUs)
+	rt, notes := railTopology(t, in.Rails)
+	tab.Messages = append(tab.Messages, notes...)
 	for id, sg := range st.GPUs {
 		g := &t.GPUs[sg.Topo]
 		uuid := g.UUID
@@ -45,8 +50,13 @@ func BuildTable(in PlanInput) (*Table, error) {
 		}
 		tab.GPUs = append(tab.GPUs, TableGPU{
 			ID: id, Visible: sg.Visible, NVMLIndex: g.Index, Minor: g.Minor, BusID: g.BusID,
-			UUID: uuid, NUMA: g.NUMA, NIC: t.nicPort(t.ClosestNIC(sg.Topo)), Dev: devPath(sg, g.Minor),
+			UUID: uuid, NUMA: g.NUMA, NIC: rt.nicPort(rt.ClosestNIC(sg.Topo)), Dev: devPath(sg, g.Minor),
 		})
+	}
+	tab.NICs = railSet(rt, in.Rails, tab.GPUs)
+	if o.Visible != "" && o.Visible != VisibleOwn {
+		tab.Visible = o.Visible
+		tab.Near = nearOrder(t, st)
 	}
 	tab.addFabric(t, st, "")
 	switch o.Policy {

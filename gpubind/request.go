@@ -12,10 +12,11 @@ type PlanRequest struct {
 	SlurmGres bool
 	Numbering Numbering
 	Tasks     int
-	Option    string // --gpu-bind-topo value
-	Mode      string // enforce (default) or optional
-	Force     Flags  // admin: flags always on
-	Never     Flags  // admin: flags always off
+	Option    string   // --gpu-bind-topo value
+	Mode      string   // enforce (default) or optional
+	Force     Flags    // admin: flags always on
+	Never     Flags    // admin: flags always off
+	Rails     []string // admin: the RDMA devices for NCCL/UCX (plugstack nics=); nil: closest
 }
 
 // Plan parses the option, maps the step's GPUs and builds the decision table. An
@@ -55,7 +56,7 @@ func Plan(r PlanRequest) (*Table, error) {
 		}
 		return nil, fmt.Errorf("cannot map Slurm's GPU numbers (GRES indices) to GPUs: %s; give the plugin gres_conf= or run in mode=optional", why)
 	}
-	tab, err := BuildTable(PlanInput{Topo: r.Topo, Step: st, Tasks: r.Tasks, Option: opt, Mode: mode})
+	tab, err := BuildTable(PlanInput{Topo: r.Topo, Step: st, Tasks: r.Tasks, Option: opt, Mode: mode, Rails: r.Rails})
 	if err != nil {
 		return nil, err
 	}

@@ -46,6 +46,14 @@ type Table struct {
 	// Depends are the files the plan was made from besides the topology: the plugin's
 	// plan cache reuses the table only while none of them changed.
 	Depends []string
+	// Visible is the option's visible= ("" or VisibleOwn: no "visible" line).
+	Visible string
+	// NICs is the node's rail set, NAME:PORT in GPU order ("nics" line, written with the
+	// nic flag): the NCCL_IB_HCA list of every task of the node.
+	NICs []string
+	// Near is, per step GPU id, the other step GPUs nearest first ("near" lines, written
+	// with visible first|localid): the order a task sees the GPUs that are not its own.
+	Near map[int][]int
 	// Fabric are the "fabric" lines (step GPUs in a multi-node NVLink domain) and
 	// IMEXDir the "imex" line (where a task looks for its IMEX channel); see fabric.go.
 	Fabric  []TableFabric
@@ -148,11 +156,20 @@ func (t *Table) Encode(w io.Writer) error {
 		add("share %d", t.Share)
 		add("per_task %d", t.PerTask)
 		add("ntasks %d", t.NTasks)
+		if t.Visible != "" && t.Visible != VisibleOwn {
+			add("visible %s", t.Visible)
+		}
+		if t.Flags.NIC && len(t.NICs) > 0 {
+			add("nics %s", strings.Join(t.NICs, ","))
+		}
 		for _, n := range t.NUMA {
 			add("numa %d %s", n.ID, dash(n.CPUs.String()))
 		}
 		for _, g := range t.GPUs {
 			add("gpu %d %s %d %d %s %s %d %s %s", g.ID, g.Visible, g.NVMLIndex, g.Minor, g.BusID, dash(g.UUID), g.NUMA, dash(g.NIC), dash(g.Dev))
+		}
+		for _, g := range sortedKeys(t.Near) {
+			add("near %d %s", g, dashList(t.Near[g]))
 		}
 		for _, n := range sortedKeys(t.NUMAGPUs) {
 			add("numagpus %d %s", n, dashList(t.NUMAGPUs[n]))

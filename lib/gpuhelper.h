@@ -132,8 +132,8 @@ typedef struct gpuhelper_info {
  * error, except after GPUHELPER_ETIMEOUT, which it retries: the retry is the same exchange, so
  * it still meets a slow rank 0.
  *
- * GPU choice: the gpubind plugin's GPUBIND_* variables when set (cuda_device 0 of the
- * CUDA_VISIBLE_DEVICES it set); otherwise local_rank modulo the GPUs CUDA_VISIBLE_DEVICES lets
+ * GPU choice: the gpubind plugin's GPUBIND_* variables when set (the cuda_device its
+ * GPUBIND_CUDA_DEVICES names, 0 when unset, in the CUDA_VISIBLE_DEVICES it set); otherwise local_rank modulo the GPUs CUDA_VISIBLE_DEVICES lets
  * the process see, in PCI bus id order. Only GPUs the process can use count, as in CUDA: bound
  * to the nvidia driver, and /dev/nvidiaN readable and writable (so the device cgroup of Slurm's
  * ConstrainDevices, and containers, are respected; Slurm's indices 0..k-1 count those GPUs).

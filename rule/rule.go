@@ -77,12 +77,16 @@ static int go_env(const struct gb_table *t, const struct gb_result *r,
 	return gb_result_env(t, r, go_env_add, &e);
 }
 
+// As the front end's task_init: the rule, the device limit (when denied is
+// not NULL: those device nodes denied, the others asked with access(2)), then
+// visible=first|localid.
 static int go_apply(const struct gb_table *t, int lid, const char *btype,
 		    const char *blist, const char *own, const char *step,
-		    struct gb_result *r, char *err, size_t errlen)
+		    const char *denied, struct gb_result *r, char *err,
+		    size_t errlen)
 {
 	cpu_set_t o, s;
-	int ho = go_cpus(own, &o), hs = go_cpus(step, &s);
+	int ho = go_cpus(own, &o), hs = go_cpus(step, &s), rc;
 
 	if (ho < 0 || hs < 0) {
 		snprintf(err, errlen, "bad CPU list %s", ho < 0 ? own : step);
@@ -91,8 +95,16 @@ static int go_apply(const struct gb_table *t, int lid, const char *btype,
 	struct gb_binds b;
 
 	gb_binds_parse(t, btype[0] ? btype : NULL, blist[0] ? blist : NULL, &b);
-	return gb_rule_apply(t, lid, &b, ho ? NULL : &o, hs ? NULL : &s, r,
-			     err, errlen);
+	rc = gb_rule_apply(t, lid, &b, ho ? NULL : &o, hs ? NULL : &s, r,
+			   err, errlen);
+	if (!rc && denied) {
+		go_denied = denied;
+		rc = gb_result_restrict(t, r, go_can_open, err, errlen);
+		go_denied = NULL;
+	}
+	if (!rc)
+		gb_result_widen(t, r, lid);
+	return rc;
 }
 */
 import "C"
@@ -170,13 +182,17 @@ type Task struct {
 	Own      string // the task's affinity as a CPU list ("" when unknown)
 	Step     string // the step's CPUs (its cpuset) ("" when unknown: the whole node)
 	// Denied are device nodes the task may not open (an IMEX channel outside the job's
-	// device cgroup); the others are asked with access(2).
+	// device cgroup; a GPU's DEV that Slurm's per-task ConstrainDevices or isolate
+	// denies); the others are asked with access(2). Non-nil: the rule's device limit
+	// (gb_result_restrict) runs on the GPUs as in the task; nil: it does not (the CLI has
+	// no task to ask).
 	Denied []string
 }
 
 // Result is the rule's answer for one task.
 type Result struct {
-	GPUs    []int    // table GPU ids, in the order the task gets them
+	GPUs    []int    // table GPU ids, in the order the task sees them (CUDA_VISIBLE_DEVICES)
+	Own     []int    // the task's own GPUs (GPUs but those visible=first|localid added)
 	ByTable bool     // the task took its "task L" line
 	CPUs    string   // CPU list to bind the task to (cpus flag), "" for none
 	Env     []string // NAME=VALUE, as the front end sets them
@@ -197,13 +213,20 @@ func (t *Table) Apply(k Task) (Result, error) {
 			C.free(unsafe.Pointer(p))
 		}
 	}()
-	if C.go_apply(t.c, C.int(k.Local), bt, bl, own, step, &r, &errb[0], C.size_t(len(errb))) != 0 {
+	denied := C.CString(strings.Join(k.Denied, "\n"))
+	defer C.free(unsafe.Pointer(denied))
+	limit := denied
+	if k.Denied == nil {
+		limit = nil
+	}
+	if C.go_apply(t.c, C.int(k.Local), bt, bl, own, step, limit, &r, &errb[0], C.size_t(len(errb))) != 0 {
 		return Result{}, errors.New(C.GoString(&errb[0]))
 	}
 	res := Result{ByTable: r.by_table != 0}
 	for i := 0; i < int(r.ngpus); i++ {
 		res.GPUs = append(res.GPUs, int(r.gpus[i]))
 	}
+	res.Own = res.GPUs[int(r.own_at) : int(r.own_at)+int(r.nown)]
 	var buf [16384]C.char
 	if r.set_cpus != 0 {
 		C.gb_format_cpulist(&r.cpus, &buf[0], C.size_t(len(buf)))
@@ -219,8 +242,6 @@ func (t *Table) Apply(k Task) (Result, error) {
 		return Result{}, errors.New("log line too long")
 	}
 	res.LogLine = C.GoString(&buf[0])
-	denied := C.CString(strings.Join(k.Denied, "\n"))
-	defer C.free(unsafe.Pointer(denied))
 	if C.go_warning(t.c, &r, C.int(k.Local), denied, &buf[0], C.size_t(len(buf))) != 0 {
 		res.Warning = C.GoString(&buf[0])
 	}

@@ -262,6 +262,8 @@ void gb_table_free(struct gb_table *t)
 	for (int i = 0; i < t->nnuma; i++)
 		free(t->numa[i].gpus);
 	free(t->numa);
+	for (int i = 0; i < t->ngpus; i++)
+		free(t->gpus[i].near);
 	free(t->gpus);
 	free(t->fallback);
 	free(t->can_open);
@@ -612,6 +614,47 @@ static int line_task(struct parser *ps, char **f, int nf)
 	return 0;
 }
 
+/* visible own|first|localid */
+static int line_visible(struct parser *ps, char **f, int nf)
+{
+	/* In the order of enum gb_visible. */
+	static const char *const names[] = { "own", "first", "localid" };
+	int k = keyword(f[1], names, 3);
+
+	(void) nf;
+	if (k < 0)
+		return LINE_MALFORMED;
+	ps->t->visible = (enum gb_visible) k;
+	return 0;
+}
+
+/* nics NAME:PORT,... : the node's rails, NCCL_IB_HCA of every task. */
+static int line_nics(struct parser *ps, char **f, int nf)
+{
+	(void) nf;
+	if (strspn(f[1], "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+			 "0123456789_.:,-") != strlen(f[1]))
+		return LINE_MALFORMED;
+	return copy_field(ps->t->rails, sizeof(ps->t->rails), f[1])
+		       ? LINE_MALFORMED
+		       : 0;
+}
+
+/* near ID ID,ID,... : after its gpu line; the ids are checked at the end. */
+static int line_near(struct parser *ps, char **f, int nf)
+{
+	struct gb_table *t = ps->t;
+	long v;
+
+	(void) nf;
+	if (parse_int(f[1], 0, GB_TABLE_MAX_GPUS - 1, &v) || v >= t->ngpus ||
+	    t->gpus[v].near)
+		return LINE_MALFORMED;
+	if (parse_idlist(f[2], &t->gpus[v].near, &t->gpus[v].nnear))
+		return LINE_MALFORMED;
+	return 0;
+}
+
 /* Multi-node NVLink lines: parsed in fabric.c. */
 static int line_fabric(struct parser *ps, char **f, int nf)
 {
@@ -643,6 +686,9 @@ static const struct line_type {
 	{ "depends", 2, 2, line_depends },
 	{ "fallback", 2, 2, line_fallback },
 	{ "task", 4, 4, line_task },
+	{ "visible", 2, 2, line_visible },
+	{ "nics", 2, 2, line_nics },
+	{ "near", 3, 3, line_near },
 	{ "fabric", 7, 7, line_fabric },
 	{ "imex", 2, 2, line_imex },
 };
@@ -706,6 +752,42 @@ static int resolve_numagpus(struct parser *ps)
 	return 0;
 }
 
+/*
+ * A table without a "nics" line (an older engine, a hand-written table):
+ * the gpu lines' NICs in GPU order, each once, NAME:PORT (port 1 when the
+ * line has none).
+ */
+static void derive_rails(struct gb_table *t)
+{
+	size_t off = 0;
+
+	for (int i = 0; i < t->ngpus; i++) {
+		const char *nic = t->gpus[i].nic;
+		char item[sizeof(t->gpus[0].nic) + 4];
+		int dup = 0, n;
+
+		if (!nic[0])
+			continue;
+		(void) snprintf(item, sizeof(item), "%s%s", nic,
+				strchr(nic, ':') ? "" : ":1");
+		for (int j = 0; j < i && !dup; j++) {
+			const char *o = t->gpus[j].nic;
+			size_t l = strcspn(o, ":");
+
+			dup = o[0] && l == strcspn(nic, ":") && !strncmp(o, nic, l);
+		}
+		if (dup)
+			continue;
+		n = snprintf(t->rails + off, sizeof(t->rails) - off, "%s%s",
+			     off ? "," : "", item);
+		if (n < 0 || (size_t) n >= sizeof(t->rails) - off) {
+			t->rails[off] = '\0';
+			return;
+		}
+		off += (size_t) n;
+	}
+}
+
 /* After the last line: what the lines say together. 0, or -1 with err set. */
 static int validate(struct parser *ps)
 {
@@ -756,6 +838,14 @@ static int validate(struct parser *ps)
 			return -1;
 		}
 	}
+	for (int i = 0; i < t->ngpus; i++)
+		if (check_ids(t->gpus[i].near, t->gpus[i].nnear, t->ngpus) >= 0) {
+			seterr(ps->err, ps->errlen,
+			       "plan: near %d names a GPU without gpu line", i);
+			return -1;
+		}
+	if (!t->rails[0])
+		derive_rails(t);
 	if (gb_fabric_validate(t, ps->err, ps->errlen))
 		return -1;
 	if (index_units(t)) {
@@ -1207,6 +1297,82 @@ int gb_result_restrict(const struct gb_table *t, struct gb_result *r,
 	return 0;
 }
 
+/* ---- visible=first|localid --------------------------------------------- */
+
+static int has_gpu(const struct gb_result *r, int id)
+{
+	for (int i = 0; i < r->ngpus; i++)
+		if (r->gpus[i] == id)
+			return 1;
+	return 0;
+}
+
+/* The step GPU id may be added: not there yet, and openable when the task's
+ * device cgroup narrowed it (gb_result_restrict filled can_open). */
+static int may_add(const struct gb_table *t, const struct gb_result *r,
+		   int id)
+{
+	return !has_gpu(r, id) && (!r->restricted || t->can_open[id]);
+}
+
+/* Append id (numbered as CUDA will when restricted). */
+static void widen_add(const struct gb_table *t, struct gb_result *r, int id)
+{
+	if (r->ngpus >= GB_MAX_PER_TASK || !may_add(t, r, id))
+		return;
+	r->vis[r->ngpus] = (r->restricted && is_number(t->gpus[id].visible))
+				   ? cuda_number(t, id)
+				   : -1;
+	r->gpus[r->ngpus++] = id;
+}
+
+/* Rotate gpus[from..ngpus) (with vis) so that entry from + k comes first. */
+static void rotate(struct gb_result *r, int from, int k)
+{
+	for (int n = 0; n < k; n++) {
+		int g = r->gpus[from], v = r->vis[from];
+
+		memmove(&r->gpus[from], &r->gpus[from + 1],
+			sizeof(int) * (size_t) (r->ngpus - from - 1));
+		memmove(&r->vis[from], &r->vis[from + 1],
+			sizeof(int) * (size_t) (r->ngpus - from - 1));
+		r->gpus[r->ngpus - 1] = g;
+		r->vis[r->ngpus - 1] = v;
+	}
+}
+
+void gb_result_widen(const struct gb_table *t, struct gb_result *r, int lid)
+{
+	const struct gb_gpu *g0;
+	int nown = r->ngpus, pos;
+
+	r->own_at = 0;
+	r->nown = nown;
+	if (t->visible == GB_VISIBLE_OWN || !nown)
+		return;
+	r->widened = 1;
+	g0 = &t->gpus[r->gpus[0]];
+	/* The engine's order from the first own GPU (same switch, same NUMA
+	 * node, others); then, for a table without it, same NUMA node, then
+	 * by id. */
+	for (int i = 0; i < g0->nnear; i++)
+		widen_add(t, r, g0->near[i]);
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < t->ngpus; i++)
+			if (pass || t->gpus[i].numa == g0->numa)
+				widen_add(t, r, i);
+	if (t->visible != GB_VISIBLE_LOCALID)
+		return;
+	/* localid: the own GPUs move to entry lid: the first lid others go
+	 * in front of them. */
+	pos = lid < r->ngpus - nown ? lid : r->ngpus - nown;
+	if (pos <= 0)
+		return;
+	rotate(r, 0, nown);        /* others first, own at the end */
+	rotate(r, pos, r->ngpus - nown - pos); /* own back to entry pos */
+	r->own_at = pos;
+}
+
 /* The CUDA_VISIBLE_DEVICES entry of the task's i-th GPU. */
 static void visible_of(const struct gb_table *t, const struct gb_result *r,
 		       int i, char *buf, size_t len)
@@ -1248,7 +1414,8 @@ static void sb_add(struct sbuf *b, const char *fmt, ...)
 /* The variables of gb_result_env, in order. */
 enum env_var {
 	ENV_CUDA_VISIBLE, ENV_DEVICE_ORDER, ENV_GPUS, ENV_BUS_IDS, ENV_UUIDS,
-	ENV_NUMA, ENV_NCCL_IB_HCA, ENV_UCX_NET, ENV_COUNT
+	ENV_NUMA, ENV_CUDA_DEVICES, ENV_NCCL_IB_HCA, ENV_UCX_NET, ENV_NIC,
+	ENV_COUNT
 };
 static const struct {
 	const char *name;
@@ -1257,26 +1424,50 @@ static const struct {
 	{ "CUDA_VISIBLE_DEVICES", 1 }, { "CUDA_DEVICE_ORDER", 1 },
 	{ "GPUBIND_GPUS", 1 },         { "GPUBIND_PCI_BUS_IDS", 1 },
 	{ "GPUBIND_UUIDS", 1 },        { "GPUBIND_NUMA", 1 },
-	{ "NCCL_IB_HCA", 0 },          { "UCX_NET_DEVICES", 0 },
+	{ "GPUBIND_CUDA_DEVICES", 1 }, { "NCCL_IB_HCA", 0 },
+	{ "UCX_NET_DEVICES", 0 },      { "GPUBIND_NIC", 1 },
 };
+
+/* Whether gpus[i] is one of the task's own GPUs (not one visible=first or
+ * localid added). */
+static int is_own(const struct gb_result *r, int i)
+{
+	return !r->widened || (i >= r->own_at && i < r->own_at + r->nown);
+}
+
+/* The task's first own GPU. */
+static const struct gb_gpu *own_first(const struct gb_table *t,
+				      const struct gb_result *r)
+{
+	return &t->gpus[r->gpus[r->widened ? r->own_at : 0]];
+}
 
 /* The value of variable v for the task; 0 when the task gets none. */
 static int env_value(const struct gb_table *t, const struct gb_result *r,
 		     enum env_var v, struct sbuf *b)
 {
-	const struct gb_gpu *g0 = &t->gpus[r->gpus[0]];
+	const struct gb_gpu *g0 = own_first(t, r);
 	/* NIC is NAME:PORT; a table without the port means port 1. */
 	const char *port = strchr(g0->nic, ':') ? "" : ":1";
+	int nown = 0;
 
 	for (int i = 0; i < r->ngpus; i++) {
 		const struct gb_gpu *g = &t->gpus[r->gpus[i]];
-		const char *sep = i ? "," : "";
+		/* GPUBIND_* list the task's own GPUs; CUDA_VISIBLE_DEVICES all. */
+		const char *sep = nown ? "," : "";
 		char vis[sizeof(g->visible)];
 
-		switch (v) {
-		case ENV_CUDA_VISIBLE:
+		if (v == ENV_CUDA_VISIBLE) {
 			visible_of(t, r, i, vis, sizeof(vis));
-			sb_add(b, "%s%s", sep, vis);
+			sb_add(b, "%s%s", i ? "," : "", vis);
+			continue;
+		}
+		if (!is_own(r, i))
+			continue;
+		nown++;
+		switch (v) {
+		case ENV_CUDA_DEVICES:
+			sb_add(b, "%s%d", sep, i);
 			break;
 		case ENV_GPUS:
 			sb_add(b, "%s%d", sep, g->nvml);
@@ -1299,11 +1490,17 @@ static int env_value(const struct gb_table *t, const struct gb_result *r,
 		sb_add(b, "PCI_BUS_ID");
 		break;
 	case ENV_NCCL_IB_HCA:
+		/* NCCL picks each GPU's NIC itself (rails, PXN) and wants the
+		 * same list on every rank: the node's rails, exact match. */
+		if (!(t->flags & GB_FLAG_NIC) || !t->rails[0])
+			return 0;
+		sb_add(b, "=%s", t->rails);
+		break;
 	case ENV_UCX_NET:
+	case ENV_NIC:
 		if (!(t->flags & GB_FLAG_NIC) || !g0->nic[0])
 			return 0;
-		sb_add(b, "%s%s%s", v == ENV_NCCL_IB_HCA ? "=" : "", g0->nic,
-		       port);
+		sb_add(b, "%s%s", g0->nic, port);
 		break;
 	default:
 		break;
@@ -1352,11 +1549,20 @@ int gb_result_logline(const struct gb_table *t, const struct gb_result *r,
 		visible_of(t, r, i, v, sizeof(v));
 		sb_add(&b, "%s%s", i ? "," : "", v);
 	}
+	if (r->widened) {
+		sb_add(&b, " (visible=%s, own entr%s %d",
+		       t->visible == GB_VISIBLE_FIRST ? "first" : "localid",
+		       r->nown > 1 ? "ies" : "y", r->own_at);
+		if (r->nown > 1)
+			sb_add(&b, "-%d", r->own_at + r->nown - 1);
+		sb_add(&b, ")");
+	}
 	sb_add(&b, " -> ");
 	for (int i = 0; i < r->ngpus; i++) {
 		const struct gb_gpu *g = &t->gpus[r->gpus[i]];
 
-		sb_add(&b, "%sGPU %d %s %s NUMA %d", i ? "; " : "", g->nvml,
+		sb_add(&b, "%s%sGPU %d %s %s NUMA %d", i ? "; " : "",
+		       is_own(r, i) ? "" : "peer ", g->nvml,
 		       g->busid[0] ? g->busid : "-", g->uuid[0] ? g->uuid : "-",
 		       g->numa);
 		if ((t->flags & GB_FLAG_NIC) && g->nic[0])

@@ -26,6 +26,8 @@
 
 enum gb_status { GB_STATUS_OK, GB_STATUS_WARN, GB_STATUS_ERROR };
 enum gb_rule { GB_RULE_TABLE, GB_RULE_NUMA };
+/* The "visible" line: which step GPUs a task sees (own: its own only). */
+enum gb_visible { GB_VISIBLE_OWN, GB_VISIBLE_FIRST, GB_VISIBLE_LOCALID };
 
 enum gb_flag {
 	GB_FLAG_VERBOSE = 1 << 0,
@@ -58,6 +60,8 @@ struct gb_gpu {
 	int numa;          /* -1 none */
 	char nic[64];      /* RDMA device or "" */
 	char dev[256];     /* device node Slurm constrains (gres.conf File=) or "" */
+	int *near;         /* "near" line: the other step GPUs, nearest first */
+	int nnear;
 };
 
 struct gb_fabric;
@@ -98,6 +102,11 @@ struct gb_table {
 	 * cannot be named); the plan cache checks them. */
 	char *depends[GB_TABLE_MAX_DEPENDS];
 	int ndepends;
+	/* "visible" line (own when absent). */
+	enum gb_visible visible;
+	/* NCCL_IB_HCA's list for every task of the node ("nics" line, else the
+	 * gpu lines' NICs in GPU order without duplicates): NAME:PORT,... or "". */
+	char rails[GB_TABLE_MAX_LINE];
 	/* Scratch for the task child, allocated by gb_table_parse so that the
 	 * task child never allocates: one byte per GPU for gb_result_restrict,
 	 * and the numa rule's units (see gb_rule_apply). */
@@ -132,6 +141,11 @@ struct gb_result {
 	 * vis[i] >= 0 is CUDA's number for gpus[i] among those. */
 	int restricted;
 	int vis[GB_MAX_PER_TASK];
+	/* Set by gb_result_widen (visible first/localid): gpus[own_at ..
+	 * own_at+nown-1] are the task's own, the others are the rest of the
+	 * step's GPUs it also sees. Not widened: all are its own. */
+	int widened;
+	int own_at, nown;
 };
 
 /*
@@ -183,6 +197,15 @@ int gb_rule_apply(const struct gb_table *t, int lid,
 int gb_result_restrict(const struct gb_table *t, struct gb_result *r,
 		       int (*can_open)(const char *dev), char *err,
 		       size_t errlen);
+
+/*
+ * visible=first|localid (the table's "visible" line): after
+ * gb_result_restrict, add the step's other GPUs the task may open, nearest
+ * to its own first ("near" lines); first: its own GPUs first; localid: its
+ * own first GPU at entry lid (the task's SLURM_LOCALID; the end when there
+ * are fewer GPUs). visible own: nothing changes. Never allocates.
+ */
+void gb_result_widen(const struct gb_table *t, struct gb_result *r, int lid);
 
 /* Flag names ("isolate,cpus", "-" for none) to GB_FLAG_* bits: 0, or -1
  * for an unknown name; and back ("-" for none). */

@@ -33,6 +33,7 @@ const usage = `usage:
                    [--slurm-conf FILE] [--gres-conf FILE] [--node NAME]
                    [--numbering global|relative] [--source S] [--table]
   gpubind check    [--json] [--root DIR] [FILE options: gpubind check -h]
+  gpubind whereami [--json] [--strict] [--root DIR] [--dev DIR]   (run as a task: srun ... gpubind whereami)
   gpubind topology-conf --snapshots DIR
   gpubind help-policies
   gpubind version  [--plugin FILE] [--slurmd FILE]   (also --version)
@@ -64,6 +65,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdVersion(args[1:], stdout)
 	case "check":
 		err = cmdCheck(args[1:], stdout, stderr)
+	case "whereami":
+		err = cmdWhereami(args[1:], stdout, stderr)
 	case "topology-conf":
 		err = cmdTopologyConf(args[1:], stdout, stderr)
 	case "help-policies":
@@ -79,6 +82,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		return 0
+	case errors.Is(err, errStrict):
+		return 1
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "gpubind: %v\n%s", err, usage)
 		return 2

@@ -115,10 +115,19 @@ func TestChoosePlugin(t *testing.T) {
 	if err != nil || got.CUDADevice != 0 || got.BusID != "0000:9a:00.0" || got.UUID != "GPU-aa" || got.Source != "gpubind" || got.Visible != 2 {
 		t.Fatalf("plugin: %+v, %v", got, err)
 	}
+	// visible=localid: the task's GPU is entry SLURM_LOCALID of the step's four.
+	got, err = Choose(Input{Root: root, LocalRank: 2, LookupEnv: env(map[string]string{
+		"GPUBIND_GPUS": "6", "GPUBIND_PCI_BUS_IDS": "0000:ba:00.0", "GPUBIND_CUDA_DEVICES": "2",
+		"CUDA_VISIBLE_DEVICES": "4,5,6,7",
+	})})
+	if err != nil || got.CUDADevice != 2 || got.BusID != "0000:ba:00.0" || got.Visible != 4 {
+		t.Fatalf("plugin, visible=localid: %+v, %v", got, err)
+	}
 	for name, e := range map[string]map[string]string{
-		"count mismatch": {"GPUBIND_GPUS": "5,4", "GPUBIND_PCI_BUS_IDS": "0000:9a:00.0"},
-		"bad bus id":     {"GPUBIND_GPUS": "5", "GPUBIND_PCI_BUS_IDS": "nine"},
-		"bad uuid":       {"GPUBIND_GPUS": "5", "GPUBIND_UUIDS": "xyz"},
+		"cuda device out of range": {"GPUBIND_GPUS": "6", "GPUBIND_CUDA_DEVICES": "3", "CUDA_VISIBLE_DEVICES": "4,6"},
+		"count mismatch":           {"GPUBIND_GPUS": "5,4", "GPUBIND_PCI_BUS_IDS": "0000:9a:00.0"},
+		"bad bus id":               {"GPUBIND_GPUS": "5", "GPUBIND_PCI_BUS_IDS": "nine"},
+		"bad uuid":                 {"GPUBIND_GPUS": "5", "GPUBIND_UUIDS": "xyz"},
 	} {
 		if _, err := Choose(Input{Root: root, LookupEnv: env(e)}); err == nil {
 			t.Errorf("%s accepted", name)

@@ -41,6 +41,7 @@ type Request struct {
 	SlurmConf  string // slurmstepd's own SLURM_CONF ("": unknown)
 	Force      string
 	Never      string
+	NICs       string // plugstack nics=: the admin's rails
 	NodeName   string
 	LocalTasks int
 	GlobalIDs  []int
@@ -101,6 +102,8 @@ func ParseRequest(text string) (*Request, error) {
 			r.Force = v
 		case "never":
 			r.Never = v
+		case "nics":
+			r.NICs = v
 		case "node_name":
 			r.NodeName = v
 		case "local_tasks":
@@ -227,9 +230,13 @@ func plan(request string) (*gpubind.Table, error) {
 	if err != nil {
 		return nil, err
 	}
+	rails, err := gpubind.ParseRails(req.NICs)
+	if err != nil {
+		return nil, fmt.Errorf("plugstack %w", err)
+	}
 	pr := gpubind.PlanRequest{
 		Topo: topo, Tasks: req.LocalTasks, Option: req.Option, Mode: req.Mode,
-		Force: force, Never: never,
+		Force: force, Never: never, Rails: rails,
 		Env: gpubind.StepEnv{
 			StepGPUs: req.env("SLURM_STEP_GPUS"), JobGPUs: req.env("SLURM_JOB_GPUS"),
 			CudaVisible: req.env("CUDA_VISIBLE_DEVICES"),

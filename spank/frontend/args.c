@@ -92,7 +92,7 @@ static int set_number(int *dst, const char *key, const char *val, long lo,
 static const struct key {
 	const char *name;
 	enum { K_STRING, K_PATH, K_MODE, K_SOURCE, K_TIMEOUT, K_FLAG,
-	       K_PLAN_CACHE } kind;
+	       K_PLAN_CACHE, K_NICS } kind;
 	size_t off, len;    /* K_STRING, K_PATH: the field of struct gb_config */
 } keys[] = {
 	{ "default", K_STRING, STR_FIELD(default_opt) },
@@ -108,6 +108,7 @@ static const struct key {
 	{ "isolate", K_FLAG, 0, 0 },    /* flags the admin may force or forbid */
 	{ "cpus", K_FLAG, 0, 0 },
 	{ "plan_cache", K_PLAN_CACHE, 0, 0 },
+	{ "nics", K_NICS, STR_FIELD(nics) },
 };
 
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
@@ -145,6 +146,17 @@ static int set_key(struct gb_config *c, const struct key *k, const char *val,
 				  err, errlen);
 	case K_FLAG:
 		return set_tristate(c, k->name, val, err, errlen);
+	case K_NICS:
+		/* RDMA device names, comma separated: mlx5_0,mlx5_3 */
+		if (!*val || val[0] == ',' || val[strlen(val) - 1] == ',' ||
+		    strstr(val, ",,") ||
+		    strspn(val, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				"0123456789_.-,") != strlen(val))
+			return fail(err, errlen,
+				    "plugstack argument nics=%s: expected RDMA device names separated by commas, as in nics=mlx5_0,mlx5_3",
+				    val);
+		return set_str((char *) c + k->off, k->len, k->name, val, 0,
+			       err, errlen);
 	}
 	return -1;
 }

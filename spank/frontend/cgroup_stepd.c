@@ -162,12 +162,16 @@ int gb_stepcg_task_post_fork(const struct gb_table *plan, int lid, pid_t pid)
 				lid, err);
 		return post_fork_failed(why);
 	}
+	/* The device cgroup allows exactly the GPUs the task will see:
+	 * with visible=first|localid the step's GPUs, else its own. */
+	gb_result_widen(plan, &r, lid);
 	CPU_ZERO(&mems);
 	for (int i = 0; i < r.ngpus; i++) {
 		const struct gb_gpu *g = &plan->gpus[r.gpus[i]];
+		int own = i >= r.own_at && i < r.own_at + r.nown;
 
 		minors[i] = g->minor;
-		if (g->numa >= 0 && g->numa < CPU_SETSIZE) {
+		if (own && g->numa >= 0 && g->numa < CPU_SETSIZE) {
 			CPU_SET(g->numa, &mems);
 			have_mems = 1;
 		}

@@ -48,6 +48,7 @@ struct gb_config {
 	int timeout_ms;
 	char force[64];          /* comma list: isolate,cpus */
 	char never[64];
+	char nics[256];          /* nics=: the admin's rails, comma list, "" none */
 	int plan_cache;          /* plan cache entries kept (plancache.c); 0 = off */
 };
 

@@ -276,6 +276,7 @@ static int build_request(spank_t sp, const char *option, struct req *r)
 	req_add(r, "gres_conf", gb_conf.gres_conf);
 	req_add(r, "force", gb_conf.force);
 	req_add(r, "never", gb_conf.never);
+	req_add(r, "nics", gb_conf.nics);
 
 	(void) snprintf(num, sizeof(num), "%u", (unsigned) step.uid);
 	req_add(r, "uid", num);
@@ -678,6 +679,8 @@ static int task_rule(struct task *tk)
 				tk->lid, err);
 		return -1;
 	}
+	/* visible=first|localid: the step's other GPUs the task may open. */
+	gb_result_widen(plan, &tk->res, tk->lid);
 	return 0;
 }
 

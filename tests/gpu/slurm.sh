@@ -11,6 +11,9 @@
 #
 #  1. bring Slurm up (and check the node has the GPU as GRES)
 #  2. binding: --gpu-bind-topo=verbose against nvidia-smi and CUDA, and Slurm's --gpu-bind=closest
+#  2b. visible=first and visible=localid: CUDA device 0 (first) / device SLURM_LOCALID (localid)
+#     is the task's GPU, every step GPU is visible, CUDA IPC between two tasks works; and
+#     `gpubind whereami --strict` in the task matches nvidia-smi
 #  3. isolation under Slurm's own cgroup v2: CUDA sees the GPU; jobs without GPUs cannot open it;
 #     scancel, a time limit and srun --signal reach an isolated task (its SIGTERM/USR1 trap runs,
 #     it ends within seconds); sstat accounts it; no plugin cgroup or BPF program is left.
@@ -49,6 +52,7 @@ nproc
 nvidia-smi --query-gpu=index,pci.bus_id,uuid,name,driver_version --format=csv,noheader | tee "$work/smi.csv"
 IFS=', ' read -r gpu_index gpu_bus gpu_uuid _ <"$work/smi.csv"
 gpu_bus=$(tr 'A-F' 'a-f' <<<"${gpu_bus: -12}") # 00000000:00:06.0 -> 0000:00:06.0
+ngpu=$(wc -l <"$work/smi.csv")
 echo "GPU $gpu_index bus $gpu_bus uuid $gpu_uuid"
 
 section "1. Slurm 26.05 with cgroup/v2"
@@ -109,7 +113,7 @@ GresTypes=gpu
 ReturnToService=2
 KillWait=30
 MinJobAge=10
-NodeName=$host CPUs=$ncpu Gres=gpu:1 State=UNKNOWN
+NodeName=$host CPUs=$ncpu Gres=gpu:$ngpu State=UNKNOWN
 PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
 cat >"$cfg/cgroup.conf" <<EOF
@@ -223,6 +227,112 @@ grep -h 'step plan took' "$work/log/slurmd.log" | tail -2
 check "the second identical step took its plan from the cache" test $((hits1 - hits0)) -ge 1
 check "a task of the cached plan still sees its GPU" grep -qiE "count=1 err=none dev0=${gpu_bus}/" "$work/pc.txt"
 leftovers "after binding steps"
+
+section "2b. visible=first|localid: CUDA IPC between tasks, cudaSetDevice(local_rank), whereami"
+# Each task: how many devices CUDA sees, whether device GPUBIND_CUDA_DEVICES (its own, per the
+# plugin) has the bus id of GPUBIND_PCI_BUS_IDS, cudaSetDevice(SLURM_LOCALID), peer access
+# between device 0 and 1, and CUDA IPC: rank 0 allocates on its own device and publishes an
+# IPC handle in a file; rank 1 opens it (from its own device) and reads the pattern back.
+cat >"$work/ipcprobe.cu" <<'EOF'
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("IPC rank=%d ERR %s: %s\n", rank, #x, cudaGetErrorName(e_)); return 1; } } while (0)
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : ".";
+    int rank = atoi(getenv("SLURM_PROCID")), lid = atoi(getenv("SLURM_LOCALID")), n = 0, own = 0;
+    const char *cd = getenv("GPUBIND_CUDA_DEVICES"), *bus = getenv("GPUBIND_PCI_BUS_IDS");
+    char got[32] = "", path[4096], done[4096];
+    if (cd) own = atoi(cd);
+    CK(cudaGetDeviceCount(&n));
+    CK(cudaDeviceGetPCIBusId(got, sizeof(got), own));
+    for (char *p = got; *p; p++) *p = (*p >= 'A' && *p <= 'F') ? *p - 'A' + 'a' : *p;
+    int setl = cudaSetDevice(lid) == cudaSuccess;
+    cudaGetLastError();
+    int peer = -1;
+    if (n > 1) CK(cudaDeviceCanAccessPeer(&peer, 0, 1));
+    printf("PROBE rank=%d lid=%d count=%d own=%d ownbus=%s plugin=%s match=%d setdevice_localid=%s peer01=%d\n", rank, lid, n,
+           own, got, bus ? bus : "-", bus && strlen(bus) > 5 && strstr(got, bus + 5) != NULL, setl ? "ok" : "invalid", peer);
+    CK(cudaSetDevice(own));
+    snprintf(path, sizeof(path), "%s/ipc.handle", dir);
+    snprintf(done, sizeof(done), "%s/ipc.done", dir);
+    if (rank == 0) {
+        int *d, h[256];
+        cudaIpcMemHandle_t m;
+        for (int i = 0; i < 256; i++) h[i] = 1000 + i;
+        CK(cudaMalloc(&d, sizeof(h)));
+        CK(cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice));
+        CK(cudaIpcGetMemHandle(&m, d));
+        FILE *f = fopen(path, "w");
+        fwrite(&m, sizeof(m), 1, f);
+        fclose(f);
+        for (int t = 0; t < 600 && access(done, F_OK); t++) usleep(100000);
+        printf("IPC rank=0 served\n");
+    } else if (rank == 1) {
+        cudaIpcMemHandle_t m;
+        int *d, h[256];
+        FILE *f = NULL;
+        for (int t = 0; t < 600 && !(f = fopen(path, "r")); t++) usleep(100000);
+        if (!f || fread(&m, sizeof(m), 1, f) != 1) { printf("IPC rank=1 ERR no handle\n"); return 1; }
+        fclose(f);
+        int rc = 0;
+        cudaError_t e = cudaIpcOpenMemHandle((void **)&d, m, cudaIpcMemLazyEnablePeerAccess);
+        if (e != cudaSuccess) {
+            printf("IPC rank=1 ERR cudaIpcOpenMemHandle: %s\n", cudaGetErrorName(e));
+            rc = 1;
+        } else {
+            CK(cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost));
+            printf("IPC rank=1 %s\n", h[0] == 1000 && h[255] == 1255 ? "ok" : "WRONG DATA");
+            CK(cudaIpcCloseMemHandle(d));
+        }
+        f = fopen(done, "w");
+        fclose(f);
+        return rc;
+    }
+    return 0;
+}
+EOF
+if nvcc -O2 -o "$work/ipcprobe" "$work/ipcprobe.cu"; then
+	chmod 755 "$work/ipcprobe"
+	ipcdir=$(mktemp -d "$work/ipc.XXXX")
+	chmod 777 "$ipcdir"
+	out2b=$(srun -n2 --gpus="$ngpu" --gpu-bind-topo=closest,visible=first,verbose "$work/ipcprobe" "$ipcdir" 2>&1)
+	echo "$out2b"
+	check "visible=first: each task sees all $ngpu step GPUs" test "$(grep -c "PROBE .*count=$ngpu " <<<"$out2b")" -eq 2
+	check "visible=first: CUDA device 0 is the task's GPU (GPUBIND_CUDA_DEVICES=0, bus as the plugin says)" \
+		test "$(grep -c 'PROBE .* own=0 .* match=1 ' <<<"$out2b")" -eq 2
+	check "visible=first: the mapping line marks the own entry" grep -q '(visible=first, own entry 0)' <<<"$out2b"
+	check "visible=first: CUDA IPC from task 0 to task 1 works" grep -q 'IPC rank=1 ok' <<<"$out2b"
+	if [[ $ngpu -gt 1 ]]; then
+		check "visible=first: peer access between device 0 and 1 is possible" grep -q 'PROBE rank=0 .*peer01=1' <<<"$out2b"
+		rm -f "$ipcdir"/ipc.*
+		echo "--- visible=own, side by side (one GPU per task: IPC across the tasks' GPUs is expected to fail)"
+		srun -n2 --gpus="$ngpu" --gpu-bind-topo=closest "$work/ipcprobe" "$ipcdir" 2>&1
+		rm -f "$ipcdir"/ipc.*
+		out2d=$(srun -n"$ngpu" --gpus="$ngpu" --gpu-bind-topo=closest,visible=localid,verbose "$work/ipcprobe" "$ipcdir" 2>&1)
+		echo "$out2d"
+		check "visible=localid: cudaSetDevice(SLURM_LOCALID) works in every task" \
+			test "$(grep -c 'PROBE .*setdevice_localid=ok' <<<"$out2d")" -eq "$ngpu"
+		check "visible=localid: device SLURM_LOCALID is the task's GPU" \
+			test "$(grep -cE 'PROBE rank=[0-9]+ lid=([0-9]+) count=[0-9]+ own=\1 .* match=1 ' <<<"$out2d")" -eq "$ngpu"
+	else
+		echo "(one GPU: the two tasks share it; localid and peer access need 2 GPUs: run on nvidia-h200-x2)"
+	fi
+else
+	fail "nvcc ipcprobe"
+fi
+echo "--- gpubind whereami in a task, against nvidia-smi"
+wout=$(srun -n1 --gpus=1 --gpu-bind-topo=closest,nic,visible=first "$bundle/build/gpubind" whereami --strict 2>&1)
+wrc=$?
+echo "$wout"
+srun -n1 --gpus=1 --gpu-bind-topo=closest,visible=first "$bundle/build/gpubind" whereami --json >"$out/whereami.json" 2>&1
+check "whereami --strict exits 0 (no warning)" test "$wrc" -eq 0
+check "whereami: CUDA device 0 is nvidia-smi's GPU $gpu_index, bus $gpu_bus, $gpu_uuid" \
+	grep -qiE "^CUDA device 0: GPU $gpu_index $gpu_bus $gpu_uuid .* openable" <<<"$wout"
+check "whereami: the task is in Slurm's task cgroup" grep -qE '^cgroup 0::.*/task_0$' <<<"$wout"
+check "whereami --json has the issue's keys" python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert all(k in d for k in ("host","rank","local_id","cpus","mems","gpus","cpus_local_to_gpus","nic","env","warnings")); assert all(k in d["gpus"][0] for k in ("visible_index","index","pci_bus_id","uuid","numa","openable"))' "$out/whereami.json"
 
 section "3. isolation under Slurm's cgroup v2"
 out3=$(srun -n1 --gpus=1 --gpu-bind-topo=isolate,verbose sh -c "cat /proc/self/cgroup; $work/cudaprobe" 2>&1)

@@ -304,7 +304,10 @@ func TestNICKeepsTheUsersChoice(t *testing.T) {
 	must(t, os.WriteFile(p, []byte(body), 0o644))
 	r = host(t, []string{"-n", "1", "-e", "SLURM_STEP_GPUS=0,1", "-o", "closest"},
 		"launcher="+bin.launchers["table"], "snapshot="+p, "cache_dir="+t.TempDir())
-	if env := r.tasks[0]; env["NCCL_IB_HCA"] != "=mlx5_0:2" || env["UCX_NET_DEVICES"] != "mlx5_0:2" {
+	// NCCL_IB_HCA: the node's rails (the gpu lines' NICs, each once: this table has no
+	// "nics" line), the same for every task; UCX and GPUBIND_NIC: the task's own.
+	if env := r.tasks[0]; env["NCCL_IB_HCA"] != "=mlx5_0:2,mlx5_1:1,mlx5_4:1,mlx5_5:1" || env["UCX_NET_DEVICES"] != "mlx5_0:2" ||
+		env["GPUBIND_NIC"] != "mlx5_0:2" {
 		t.Errorf("port 2: task env %v", env)
 	}
 }

@@ -314,6 +314,37 @@ func parseLine(t *gpubind.Table, key, rest string, seen map[string]bool) error {
 				t.IMEXDir = f[0]
 			}
 		}
+	case "visible":
+		if err = once(); err == nil {
+			if err = want(1); err == nil {
+				switch f[0] {
+				case gpubind.VisibleOwn, gpubind.VisibleFirst, gpubind.VisibleLocalID:
+					t.Visible = f[0]
+				default:
+					err = fmt.Errorf("%q: want own, first or localid", f[0])
+				}
+			}
+		}
+	case "nics":
+		if err = once(); err == nil {
+			if err = want(1); err == nil {
+				t.NICs = strings.Split(f[0], ",")
+			}
+		}
+	case "near":
+		if err = want(2); err == nil {
+			var g int
+			if g, err = atoiRange(f[0], 0, len(t.GPUs)-1); err != nil {
+				return fmt.Errorf("gpu id %w (after its gpu line)", err)
+			}
+			if t.Near == nil {
+				t.Near = map[int][]int{}
+			}
+			if _, dup := t.Near[g]; dup {
+				return fmt.Errorf("near %d given twice", g)
+			}
+			t.Near[g], err = parseIDList(f[1], gpubind.MaxTableGPUs)
+		}
 	default:
 		return errors.New("unknown line")
 	}
