@@ -940,6 +940,7 @@ summary() {
 			rs+=("$(ratio "$(best gh_direct gh_fence gh_tree)" "$(best raw_direct raw_fence raw_tree)")")
 		done
 		echo "| scale: world ID, best helper mode / best raw PMIx pattern ($(awk -F, 'NR>1{print $2}' "$c" | sort -un | paste -sd, -) nodes, section 8) | <= 1.2 | ${rs[*]} | $(for x in "${rs[@]}"; do verdict "$x" 1.2; done | sort | uniq -c | awk '{printf "%s%s x%d", (NR>1?", ":""), $2, $1}') |"
+		[[ -f $RES/scale_vm1024_stepd.csv ]] && echo "| scale: failed or timed-out steps at 1,024 ranks on 128 simulated nodes (section 8b) | 0 | $(awk -F, '$5=="failed"{n++} END{print n+0}' "$RES/scale_vm1024_stepd.csv") | $(awk -F, '$5=="failed"{n++} END{print (n+0)==0 ? "**met**" : "**missed**"}' "$RES/scale_vm1024_stepd.csv") |"
 		echo "| scale: failed or timed-out steps (section 8) | 0 | $(awk -F, '$5=="failed"{n++} END{print n+0}' "$RES/scale_stepd.csv" 2>/dev/null) | |"
 	fi
 	echo
@@ -963,7 +964,7 @@ assemble() {
 		done
 		# Sections written by bench/scale.sh, and hand-written ones (runs on other machines),
 		# kept across runs.
-		for s in gpu helper12 helper13 scale scale_vm128 scale_plugin scale_gpu scale_plugin_gpu; do
+		for s in gpu helper12 helper13 scale scale_vm128 scale_vm1024 scale_vm8rpn scale_plugin scale_gpu scale_plugin_gpu; do
 			[[ -f $RES/$s.md ]] && { cat "$RES/$s.md"; echo; }
 		done
 	} >"$out"

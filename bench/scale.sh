@@ -145,7 +145,7 @@ prepare() {
 }
 
 start_cluster() {
-	log "starting a private cluster of $MAXN simulated nodes ($RPN declared CPUs each; Slurm $(slurm_version))"
+	log "starting a private cluster of $MAXN simulated nodes ($((RPN > 8 ? RPN : 8)) declared CPUs each; Slurm $(slurm_version))"
 	: >"$WORK/plugstack.none"
 	echo "required $WORK/plugin/spank_gpubind.so launcher=$WORK/plugin/gpubind-launcher root=$FIXTURE cache_dir=$WORK/cache" >"$WORK/plugstack.plugin"
 	local t0=$EPOCHREALTIME

@@ -287,7 +287,7 @@ func (t *Topology) HasFabric() bool {
 // hasFabricSource: some backend (NVML, a snapshot) reported fabric facts.
 func (t *Topology) hasFabricSource() bool {
 	for _, g := range t.GPUs {
-		if g.Source["fabric"] != "" {
+		if g.Fabric != nil {
 			return true
 		}
 	}

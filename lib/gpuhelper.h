@@ -44,6 +44,7 @@
  *                            gpuhelper_init, the first gpuhelper_nccl_id does (since 1.1)
  *   GPUHELPER_PMIX_LIBRARY   the PMIx client library, dlopen'ed by gpuhelper_init (default
  *                            libpmix.so.2); without one, a singleton still works (since 1.2)
+ *   GPUBIND_NVL_CLIQUE       (set by the gpubind plugin) the rank's NVLink clique (since 1.3)
  */
 #ifndef GPUHELPER_H
 #define GPUHELPER_H
@@ -87,6 +88,9 @@ extern "C" {
                                     kind of exchange's value (since 1.3; 1.2 could hand such a
                                     rank the wrong ID) */
 
+/* Size of gpuhelper_info_t.nvl_clique (since 1.3). */
+#define GPUHELPER_NVL_CLIQUE_BYTES 64
+
 /* gpuhelper_info_t.flags: nccl_id holds the world ID (rank 0 created it during gpuhelper_init). */
 #define GPUHELPER_INFO_NCCL_ID 0x1ULL
 
@@ -106,6 +110,14 @@ typedef struct gpuhelper_info {
                                                        all zero unless flags has GPUHELPER_INFO_NCCL_ID */
     /* Since 1.1. */
     unsigned long long flags;      /* GPUHELPER_INFO_* bits */
+    /* Since 1.3. */
+    char nvl_clique[GPUHELPER_NVL_CLIQUE_BYTES]; /* this rank's multi-node NVLink clique,
+                                      "<cluster_uuid>.<clique_id>" (the form of Kubernetes'
+                                      nvidia.com/gpu.clique label): GPUBIND_NVL_CLIQUE, which the
+                                      gpubind plugin sets when the task's GPUs are in a completed
+                                      NVLink fabric (GB200 NVL72); else, when the process has
+                                      loaded and initialised NVML, NVML's fabric info of the
+                                      rank's GPU (state completed); else "" */
 } gpuhelper_info_t;
 
 /*
@@ -286,6 +298,16 @@ int gpuhelper_bcast(int root, void *buf, size_t len);
  * out + r*len. out must hold size*len bytes (out_bytes says how many it holds). Every rank
  * passes the same len (GPUHELPER_EINVAL naming both sizes otherwise). */
 int gpuhelper_allgather(const void *buf, size_t len, void *out, size_t out_bytes);
+
+/*
+ * gpuhelper_nvl_cliques sets *count to the number of distinct multi-node NVLink cliques that
+ * the job's ranks are in (their info.nvl_clique; ranks without one are not counted, so 0 when
+ * no rank has one). NCCL joins two GPUs by multi-node NVLink only inside one clique: with 2 or
+ * more, a communicator over all ranks falls back to the network between cliques, so a program
+ * can warn (or split by clique) before ncclCommInitRank. Collective (an allgather of the clique
+ * names). Needs gpuhelper_init. Since 1.3.
+ */
+int gpuhelper_nvl_cliques(int *count);
 
 /* gpuhelper_abort ends every process of the job: it asks the PMIx server (PMIx_Abort) to have
  * the launcher kill all ranks, and exits this process, both with code's low 8 bits as the exit

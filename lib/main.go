@@ -11,6 +11,7 @@ package main
 // In shim.c.
 int gh_cuda_loaded(void);
 void *gh_session(void);
+int gh_nvml_clique(const char *bus, char *out, size_t len);
 */
 import "C"
 
@@ -307,6 +308,9 @@ func initLocked() error {
 	if err != nil {
 		return fail(&failedInit{kv: kv, cfg: cfg, info: info, err: withCode(C.GPUHELPER_EGPU, err)})
 	}
+	if gpu.Clique, err = nvlClique(gpu.BusID); err != nil {
+		return fail(&failedInit{kv: kv, cfg: cfg, info: info, err: withCode(C.GPUHELPER_EGPU, err)})
+	}
 	if err := isolateMIG(gpu, info.LocalRank); err != nil {
 		return fail(&failedInit{kv: kv, cfg: cfg, info: info, err: err})
 	}
@@ -347,6 +351,29 @@ func worldID(kv pmixkv.KV, cfg config, info pmixkv.Info, gpu gpusel.Choice) erro
 // servers were not measured across nodes here, so they collect too. Collecting copies every
 // rank's committed data to every node: the cost of a barrier that holds.
 func barrierCollect(info pmixkv.Info) bool { return info.NumNodes > 1 }
+
+// nvlClique is this rank's multi-node NVLink clique: GPUBIND_NVL_CLIQUE (the plugin's), else
+// NVML's answer when the program loaded and initialised NVML, else "".
+func nvlClique(bus string) (string, error) {
+	if v, ok := lookupEnv("GPUBIND_NVL_CLIQUE"); ok {
+		v = strings.TrimSpace(v)
+		uuid, id, dot := strings.Cut(v, ".")
+		_, nerr := strconv.ParseUint(id, 10, 32)
+		if v != "" && (!dot || uuid == "" || nerr != nil || len(v) >= C.GPUHELPER_NVL_CLIQUE_BYTES ||
+			strings.Trim(strings.ToLower(uuid), "0123456789abcdef-") != "") {
+			return "", fmt.Errorf("GPUBIND_NVL_CLIQUE=%q, expected <cluster_uuid>.<clique_id> as the gpubind plugin "+
+				"sets it (like 6f1c0bd4-89f2-4f53-8b1a-5a47b0c3e0d1.5)", v)
+		}
+		return v, nil
+	}
+	var buf [C.GPUHELPER_NVL_CLIQUE_BYTES]C.char
+	cb := C.CString(bus)
+	defer C.free(unsafe.Pointer(cb))
+	if C.gh_nvml_clique(cb, &buf[0], C.size_t(len(buf))) != 0 {
+		return "", nil
+	}
+	return C.GoString(&buf[0]), nil
+}
 
 // isolateMIG gives a process whose choice is a MIG instance that instance alone: CUDA shows a
 // process one MIG instance only, the first MIG entry of CUDA_VISIBLE_DEVICES, so with
@@ -400,6 +427,7 @@ func fill(out *C.gpuhelper_info_t) {
 	if state.idErr == nil {
 		out.flags |= C.GPUHELPER_INFO_NCCL_ID
 	}
+	setCString(out.nvl_clique[:], state.gpu.Clique)
 }
 
 // report writes err into the caller's buffer and returns its code.
@@ -643,6 +671,30 @@ func ghGoGroupID(color C.int, g *C.gpuhelper_group_t, buf *C.char, n C.size_t) (
 	for i, b := range grp.ID {
 		g.nccl_id[i] = C.uchar(b)
 	}
+	return 0
+}
+
+//export ghGoNvlCliques
+func ghGoNvlCliques(count *C.int, buf *C.char, n C.size_t) (rc C.int) {
+	defer guard(&rc, buf, n)
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	if err := needInit(); err != nil {
+		return report(err, buf, n)
+	}
+	var mine [C.GPUHELPER_NVL_CLIQUE_BYTES]byte
+	copy(mine[:len(mine)-1], state.gpu.Clique)
+	all, err := state.ex.Allgather(mine[:])
+	if err != nil {
+		return report(collErr(fmt.Errorf("gpuhelper_nvl_cliques: %w", err)), buf, n)
+	}
+	seen := map[string]bool{}
+	for _, b := range all {
+		if c, _, _ := strings.Cut(string(b), "\x00"); c != "" {
+			seen[c] = true
+		}
+	}
+	*count = C.int(len(seen))
 	return 0
 }
 

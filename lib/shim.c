@@ -44,6 +44,11 @@ struct gh_group_1_0 {
     int root;
     unsigned char nccl_id[GPUHELPER_NCCL_ID_BYTES];
 };
+/* The info struct as released in 1.1 and 1.2 (1.0 and flags). */
+struct gh_info_1_2 {
+    struct gh_info_1_0 v10;
+    unsigned long long flags;
+};
 #define GH_INFO_SIZE_1_0 sizeof(struct gh_info_1_0)
 #define GH_GROUP_SIZE_1_0 sizeof(struct gh_group_1_0)
 _Static_assert(offsetof(gpuhelper_info_t, nccl_id) == offsetof(struct gh_info_1_0, nccl_id),
@@ -54,6 +59,10 @@ _Static_assert(offsetof(gpuhelper_group_t, nccl_id) == offsetof(struct gh_group_
  * end of the 1.0 struct (its tail padding included). */
 _Static_assert(offsetof(gpuhelper_info_t, flags) >= GH_INFO_SIZE_1_0,
                "gpuhelper_info_t.flags overlaps the 1.0 struct");
+_Static_assert(offsetof(gpuhelper_info_t, flags) == offsetof(struct gh_info_1_2, flags),
+               "gpuhelper_info_t: the 1.1 fields must keep their offsets");
+_Static_assert(offsetof(gpuhelper_info_t, nvl_clique) >= sizeof(struct gh_info_1_2),
+               "gpuhelper_info_t.nvl_clique overlaps the 1.2 struct");
 _Static_assert(sizeof(gpuhelper_info_t) >= GH_INFO_SIZE_1_0 && sizeof(gpuhelper_group_t) >= GH_GROUP_SIZE_1_0,
                "the structs only grow");
 
@@ -167,6 +176,45 @@ static int gh_lib_loaded(const char *prefix)
 /* gh_cuda_loaded: whether libcuda is in the process already (it reads CUDA_VISIBLE_DEVICES
  * once, when initialised). Also for the Go side (MIG). */
 int gh_cuda_loaded(void) { return gh_lib_loaded("libcuda.so"); }
+
+/* gh_nvml_clique writes the NVLink clique of the GPU at PCI bus id bus ("<cluster_uuid>.<clique
+ * id>") into out when the process has loaded NVML and initialised it, and NVML reports that
+ * GPU's fabric as completed; else "" (returns 0 when it wrote one). Loads nothing. */
+struct gh_fabric_v1 { /* nvmlGpuFabricInfo_t (NVML 12.x): the fields it has had since it came */
+    unsigned char cluster_uuid[16];
+    int status;       /* nvmlReturn_t */
+    unsigned int clique_id;
+    unsigned char state; /* nvmlGpuFabricState_t: 3 = NVML_GPU_FABRIC_STATE_COMPLETED */
+};
+
+int gh_nvml_clique(const char *bus, char *out, size_t len)
+{
+    void *h, *dev = NULL;
+    int (*by_bus)(const char *, void **);
+    int (*fabric)(void *, struct gh_fabric_v1 *);
+    struct gh_fabric_v1 fi;
+    const unsigned char *u = fi.cluster_uuid;
+    if (len > 0)
+        out[0] = '\0';
+    if (len < 48 || bus == NULL || *bus == '\0' || !gh_lib_loaded("libnvidia-ml.so"))
+        return -1;
+    h = dlopen("libnvidia-ml.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (h == NULL)
+        return -1;
+    *(void **)&by_bus = dlsym(h, "nvmlDeviceGetHandleByPciBusId_v2");
+    *(void **)&fabric = dlsym(h, "nvmlDeviceGetGpuFabricInfo");
+    memset(&fi, 0, sizeof(fi));
+    /* Without the program's nvmlInit, NVML answers NVML_ERROR_UNINITIALIZED: nothing here. */
+    if (by_bus == NULL || fabric == NULL || by_bus(bus, &dev) != 0 || fabric(dev, &fi) != 0 || fi.status != 0 ||
+        fi.state != 3) {
+        dlclose(h);
+        return -1;
+    }
+    dlclose(h);
+    snprintf(out, len, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x.%u", u[0], u[1], u[2],
+             u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15], fi.clique_id);
+    return 0;
+}
 
 /* CUDA numbers GPUs fastest-first unless CUDA_DEVICE_ORDER=PCI_BUS_ID is set before it starts.
  * Set it when unset and libcuda is not loaded yet (once loaded, CUDA may have read it). */
@@ -345,6 +393,15 @@ GH_EXPORT int gpuhelper_nccl_origin(int *version, char *library, size_t library_
     if (library != NULL && library_bytes == 0)
         return gh_fail(GPUHELPER_EINVAL, "gpuhelper_nccl_origin: library_bytes is 0, expected the size of library");
     return ghGoNcclOrigin(version, library, library_bytes, GH_ERR);
+}
+
+GH_EXPORT int gpuhelper_nvl_cliques(int *count)
+{
+    if (gh_forked())
+        return GPUHELPER_EFORK;
+    if (count == NULL)
+        return gh_fail(GPUHELPER_EINVAL, "gpuhelper_nvl_cliques: count is NULL");
+    return ghGoNvlCliques(count, GH_ERR);
 }
 
 GH_EXPORT int gpuhelper_barrier(void)

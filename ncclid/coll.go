@@ -43,7 +43,7 @@ func (e *Exchanger) bcast(c *coll, root int, data []byte, n int) ([]byte, error)
 		return nil, fmt.Errorf("ncclid: bcast of %d bytes, expected 0..%d", n, MaxCollBytes)
 	}
 	key := fmt.Sprintf("gpubind.bcast.%d", seq)
-	if in.Rank == root {
+	if in.Rank == root && !c.published {
 		if len(data) != n {
 			return nil, fmt.Errorf("ncclid: bcast root has %d bytes but says %d", len(data), n)
 		}
@@ -53,6 +53,17 @@ func (e *Exchanger) bcast(c *coll, root int, data []byte, n int) ([]byte, error)
 		if err := e.KV.Commit(); err != nil {
 			return nil, err
 		}
+		c.published = true
+	}
+	// Like the world ID: under Auto, every rank reading one root is a fence from
+	// AutoFenceNodes nodes on (Mode.Fences), else a direct Get.
+	if e.Mode.Fences(in.NumNodes, 1, false) && !c.fenced {
+		if err := e.fence(true, "bcast: fence"); err != nil {
+			return nil, err
+		}
+		c.fenced = true
+	}
+	if in.Rank == root {
 		return append([]byte(nil), data...), nil
 	}
 	v, err := e.KV.Get(root, key, e.Timeout)

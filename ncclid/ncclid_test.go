@@ -110,6 +110,8 @@ func TestAutoFencesOnManyNodes(t *testing.T) {
 		{"world, many nodes", AutoFenceNodes, func(e *Exchanger) (any, error) { return e.World() }, 2 * AutoFenceNodes},
 		{"2 scalable IDs, 2 nodes", 2, func(e *Exchanger) (any, error) { return e.Scalable(2) }, 4},
 		{"node groups, many nodes", AutoFenceNodes, func(e *Exchanger) (any, error) { return e.Group(NodeColor) }, 0},
+		{"bcast, 2 nodes", 2, func(e *Exchanger) (any, error) { return e.Bcast(0, []byte("x"), 1) }, 0},
+		{"bcast, many nodes", AutoFenceNodes, func(e *Exchanger) (any, error) { return e.Bcast(1, []byte("x"), 1) }, 2 * AutoFenceNodes},
 	} {
 		out, job, _ := runJob(t, tc.nodes*2, func(r int) int { return r / 2 }, Auto, tc.fn)
 		if job.Fences() != tc.fences || job.CollectingFences() != tc.fences {

@@ -32,6 +32,9 @@ type Choice struct {
 	// says it is the first MIG entry, which CUDA shows as device 0 even with the longer list.
 	MIG      string
 	MIGFirst bool
+	// Clique is the multi-node NVLink clique of the GPU ("<cluster_uuid>.<clique_id>"), ""
+	// when none is known; libgpuhelper fills it (not Choose).
+	Clique string
 }
 
 // Input is what Choose looks at.

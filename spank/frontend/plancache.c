@@ -647,10 +647,13 @@ void gb_plancache_put(struct gb_plancache *pc, const struct gb_table *t,
 
 	if (!pc->usable || pc->hit)
 		return;
-	if (depends_ids(&ids, t, &pc->begun, &file) || ids.len > PC_DEPENDS_MAX)
-		gb_info("plan cache not written: %s, which the plan was made from, changed as the step began, or cannot be named",
-			file[0] ? file : "(too many files)");
-	else
+	if (depends_ids(&ids, t, &pc->begun, &file) || ids.len > PC_DEPENDS_MAX) {
+		if (!strcmp(file, "?")) /* every step of an NVLink fabric node */
+			gb_verbose("plan cache not written: the plan depends on state no file records (a multi-node NVLink fabric, or a file that cannot be named)");
+		else
+			gb_info("plan cache not written: %s, which the plan was made from, changed as the step began, or cannot be named",
+				file[0] ? file : "(too many files)");
+	} else
 		store(pc, t, ntasks, res, text, len, ids);
 	free(ids.p);
 }

@@ -12,8 +12,10 @@
 #                                                   plugin and without: slurmd/slurmstepd CPU,
 #                                                   plan cache hits
 #
-# Results: OUTDIR/results/scale.md (or scale_plugin.md) and the CSVs, OUTDIR/scale.log. A step
-# that fails or times out is counted in the tables, not fatal; no step starts after 480 s
+# Results: OUTDIR/results/scale.md (or scale_plugin.md) and the CSVs, OUTDIR/scale.log. To keep
+# them: copy scale.md to bench/results/scale_gpu.md (several parts: one after the other) and
+# scale_plugin.md to bench/results/scale_plugin_gpu.md, then `bench/run.sh assemble`. A step
+# that fails or times out is counted in the tables, not fatal; no step starts after 440 s
 # (SCALE_DEADLINE), so a part ends within 600 s. Exit status 1 when any step failed.
 set -uo pipefail
 
@@ -34,10 +36,10 @@ plugin) : "${SCALE_NODES:=128}" "${SCALE_RPN:=8}" "${SCALE_RUNS:=3}" "${SCALE_WA
 *) echo "scale.sh: SCALE_PART=$part: expected big, sizes or plugin" >&2; exit 2 ;;
 esac
 export SCALE_NODES SCALE_RPN SCALE_RUNS SCALE_WARMUP SCALE_ITERS SCALE_STEP_TIMEOUT SCALE_PLUGIN_NODES
-export SCALE_DEADLINE=${SCALE_DEADLINE:-480} SCALE_RES=$out/results SCALE_PREBUILT=$bundle/scale SCALE_AUTH_SLURM=1
+export SCALE_DEADLINE=${SCALE_DEADLINE:-440} SCALE_RES=$out/results SCALE_PREBUILT=$bundle/scale SCALE_AUTH_SLURM=1
 SCALE_PMIX_VERSION=$(cat "$bundle/scale/pmix-version" 2>/dev/null)
 export SCALE_PMIX_VERSION BUILD=$bundle/build
-export SCALE_TITLE="8b. Scale on the GPU machine ($(nproc) cores): $part" SCALE_PLUGIN_TITLE="9b. The plugin at scale on the GPU machine ($(nproc) cores)"
+export SCALE_TITLE="8d. Scale on the GPU machine ($(nproc) cores): $part" SCALE_PLUGIN_TITLE="9b. The plugin at scale on the GPU machine ($(nproc) cores)"
 
 section "Slurm from .gpu, Debian's PMIx 4 over the system's"
 prefix=$(cat "$bundle/prefix")
@@ -62,7 +64,7 @@ ulimit -u unlimited 2>/dev/null
 section "bench/scale.sh ($part: nodes {$SCALE_NODES}, $SCALE_RPN ranks per node)"
 sections=ids
 [[ $part == plugin ]] && sections=plugin
-BENCH_NICE=0 timeout -k 20 580 bench/scale.sh $sections 2>&1 | tee "$out/scale.log"
+BENCH_NICE=0 timeout -k 20 550 bench/scale.sh $sections 2>&1 | tee "$out/scale.log"
 rc=${PIPESTATUS[0]}
 [[ $rc == 0 ]] || { echo "FAIL: bench/scale.sh exited $rc"; failed=1; }
 for f in "$out"/results/*.md; do [[ -f $f ]] && cat "$f"; done

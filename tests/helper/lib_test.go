@@ -41,6 +41,7 @@ int use(void) {
         if (gpuhelper_barrier() != 0 || gpuhelper_bcast(0, id, sizeof(id)) != 0) return 5;
         if (gpuhelper_allgather(id, 1, all, sizeof(all)) != 0) return 6;
         if (!(info.flags & GPUHELPER_INFO_NCCL_ID)) gpuhelper_abort(GPUHELPER_EFINALIZED, "test");
+        if (gpuhelper_nvl_cliques(&v) != 0 || (v > 1 && info.nvl_clique[0] == '\0')) return 7;
     }
     return gpuhelper_finalize() + GPUHELPER_VERSION_MAJOR + GPUHELPER_VERSION_MINOR + GPUHELPER_VERSION_PATCH;
 }
@@ -102,7 +103,7 @@ func TestLibraryFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("nm: %v\n%s", err, out)
 	}
-	re := regexp.MustCompile(`^gpuhelper_[a-z_]+@@GPUHELPER_1\.[01]$|^GPUHELPER_1\.[01]$`)
+	re := regexp.MustCompile(`^gpuhelper_[a-z_]+@@GPUHELPER_1\.[013]$|^GPUHELPER_1\.[013]$`)
 	n := 0
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(l)
@@ -114,13 +115,14 @@ func TestLibraryFile(t *testing.T) {
 	}
 	// 1.0 binaries ask for gpuhelper_*@GPUHELPER_1.0: those must stay there; new calls get 1.1.
 	for _, sym := range []string{"gpuhelper_init@@GPUHELPER_1.0", "gpuhelper_group_id@@GPUHELPER_1.0", "gpuhelper_nccl_id@@GPUHELPER_1.1", "gpuhelper_nccl_origin@@GPUHELPER_1.1",
-		"gpuhelper_barrier@@GPUHELPER_1.1", "gpuhelper_bcast@@GPUHELPER_1.1", "gpuhelper_allgather@@GPUHELPER_1.1", "gpuhelper_abort@@GPUHELPER_1.1"} {
+		"gpuhelper_barrier@@GPUHELPER_1.1", "gpuhelper_bcast@@GPUHELPER_1.1", "gpuhelper_allgather@@GPUHELPER_1.1", "gpuhelper_abort@@GPUHELPER_1.1",
+		"gpuhelper_nvl_cliques@@GPUHELPER_1.3"} {
 		if !regexp.MustCompile(`(?m) ` + regexp.QuoteMeta(sym) + `$`).Match(out) {
 			t.Errorf("%s is not exported:\n%s", sym, out)
 		}
 	}
-	if n != 17 {
-		t.Errorf("%d dynamic symbols, want 15 functions and the 2 version nodes:\n%s", n, out)
+	if n != 19 {
+		t.Errorf("%d dynamic symbols, want 16 functions and the 3 version nodes:\n%s", n, out)
 	}
 	// The header's version macros and the library's version agree.
 	h, _ := os.ReadFile(filepath.Join(repoRoot, "lib/gpuhelper.h"))
@@ -349,17 +351,19 @@ func TestNoNCCL(t *testing.T) {
 func TestABI10(t *testing.T) {
 	needSetup(t)
 	stub := "GPUHELPER_NCCL_LIBRARY=" + stubLib
-	for _, args := range [][]string{{"badargs"}, {"twice"}, {"bigstruct"}} {
-		t.Run(args[0], func(t *testing.T) {
-			out, err := launch(t, cleanEnv(os.Environ(), stub), time.Minute, bin("ghtest10"), args...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkOK(t, out, 1, args[0], args[0])
-			if args[0] == "badargs" && !strings.Contains(out, "header 1.0.0") {
-				t.Errorf("ghtest10 was not built against the 1.0 header:\n%s", out)
-			}
-		})
+	for _, v := range []string{"10", "12"} {
+		for _, args := range [][]string{{"badargs"}, {"twice"}, {"bigstruct"}} {
+			t.Run("header "+v+"/"+args[0], func(t *testing.T) {
+				out, err := launch(t, cleanEnv(os.Environ(), stub), time.Minute, bin("ghtest"+v), args...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkOK(t, out, 1, args[0], args[0])
+				if h := "header " + v[:1] + "." + v[1:] + ".0"; args[0] == "badargs" && !strings.Contains(out, h) {
+					t.Errorf("ghtest%s was not built against the %s header:\n%s", v, h, out)
+				}
+			})
+		}
 	}
 	t.Run("mpirun n=4", func(t *testing.T) {
 		log := stubLogPath(t)

@@ -79,12 +79,26 @@ func setup() error {
 		return err
 	}
 	gh10 := append([]string{"-I" + h10}, gh[1:]...)
+	// ghtest12 likewise against the frozen 1.2 header (its info struct ends at flags).
+	h12 := filepath.Join(binDir, "include-1.2")
+	if err := os.MkdirAll(h12, 0o755); err != nil {
+		return err
+	}
+	frozen12, err := os.ReadFile(filepath.Join(repoRoot, "tests/helper/gpuhelper-1.2.h"))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(h12, "gpuhelper.h"), frozen12, 0o644); err != nil {
+		return err
+	}
+	gh12 := append([]string{"-I" + h12}, gh[1:]...)
 	// ghtest is linked against the stub, so the library finds ncclGetUniqueId in the process
 	// (dlsym RTLD_DEFAULT); ghtest_dl is not, so the library must dlopen it.
 	progs := [][]string{
 		append([]string{"-std=c11", "-o", "ghtest", here + "/ghtest.c"}, append(gh, "-Wl,--no-as-needed", stubLib, "-Wl,-rpath,"+binDir, "-lpthread")...),
 		append([]string{"-std=c11", "-o", "ghtest_dl", here + "/ghtest.c"}, append(gh, "-lpthread")...),
 		append([]string{"-std=c11", "-o", "ghtest10", here + "/ghtest.c"}, append(gh10, "-Wl,--no-as-needed", stubLib, "-Wl,-rpath,"+binDir, "-lpthread")...),
+		append([]string{"-std=c11", "-o", "ghtest12", here + "/ghtest.c"}, append(gh12, "-Wl,--no-as-needed", stubLib, "-Wl,-rpath,"+binDir, "-lpthread")...),
 		append([]string{"-std=c99", "-pedantic", "-o", "hello", repoRoot + "/examples/hello.c"}, gh...),
 	}
 	pmix, err := exec.Command("pkg-config", "--cflags", "--libs", "pmix").Output()

@@ -3,6 +3,7 @@ package helper
 import (
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -129,6 +130,49 @@ func TestSrun(t *testing.T) {
 			checkInfo(t, out, tc.n, tc.nodes, 1, log)
 		})
 	}
+	// Issue 25: info.nvl_clique from the plugin's GPUBIND_NVL_CLIQUE, and the collective count
+	// of cliques: ranks in 1 clique, in 2 (one per node), in none; a malformed value.
+	const cluster = "6f1c0bd4-89f2-4f53-8b1a-5a47b0c3e0d1"
+	for _, tc := range []struct {
+		name, set string // set: the shell assignment run before ghtest in each task
+		want      string // the CLIQUE lines' count and, for node 0 / node 1, the clique
+	}{
+		{"1 clique", "GPUBIND_NVL_CLIQUE=" + cluster + ".7", "1 " + cluster + ".7 " + cluster + ".7"},
+		{"2 cliques", "GPUBIND_NVL_CLIQUE=" + cluster + ".$SLURM_NODEID", "2 " + cluster + ".0 " + cluster + ".1"},
+		{"none", "unset GPUBIND_NVL_CLIQUE", "0 - -"},
+		{"node 1 only", `[ "$SLURM_NODEID" = 1 ] && GPUBIND_NVL_CLIQUE=` + cluster + `.3`, "1 - " + cluster + ".3"},
+	} {
+		t.Run("nvl cliques/"+tc.name+"/N=2/n=4", func(t *testing.T) {
+			out, err := srun(t, c, nil, "--mpi=pmix", "-O", "-N2", "-n4", "sh", "-c", tc.set+"; export GPUBIND_NVL_CLIQUE; exec "+bin("ghtest")+" clique")
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			want := strings.Fields(tc.want)
+			for _, l := range strings.Split(out, "\n") {
+				f := strings.Fields(l)
+				if len(f) != 4 || f[0] != "CLIQUE" {
+					continue
+				}
+				n++
+				rank, _ := strconv.Atoi(f[1])
+				node := rank * 2 / 4 // srun's block distribution: ranks 0,1 on node 0
+				if f[2] != want[0] || f[3] != want[1+node] {
+					t.Errorf("rank %d: count %s clique %s, want %s %s", rank, f[2], f[3], want[0], want[1+node])
+				}
+			}
+			if n != 4 {
+				t.Errorf("%d CLIQUE lines, want 4:\n%s", n, out)
+			}
+		})
+	}
+	t.Run("nvl cliques/malformed/n=2", func(t *testing.T) {
+		out, err := srun(t, c, []string{"GPUBIND_NVL_CLIQUE=not a clique"}, "--mpi=pmix", "-O", "-N1", "-n2", bin("ghtest"), "expect", "-7")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOK(t, out, 2, "expect", `GPUBIND_NVL_CLIQUE="not a clique", expected <cluster_uuid>.<clique_id>`)
+	})
 	t.Run("GPUHELPER_NCCL_ID=lazy/N=2/n=4", func(t *testing.T) {
 		log := stubLogPath(t)
 		out, err := srun(t, c, []string{"GPUHELPER_NCCL_ID=lazy", "STUBNCCL_LOG=" + log}, "--mpi=pmix", "-O", "-N2", "-n4", bin("ghtest"), "lazyid")

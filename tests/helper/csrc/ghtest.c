@@ -27,6 +27,8 @@
  *   abort R     (1.1) rank R calls gpuhelper_abort(7, ...); the others wait in a barrier, then
  *               sleep 100 s: only the launcher's kill ends them in time (the code is
  *               $GHTEST_ABORT_CODE when set, e.g. 256)
+ *   clique      (1.3) init, then gpuhelper_nvl_cliques; prints "CLIQUE rank count nvl_clique"
+ *               (nvl_clique "-" when empty)
  *   abortininit (1.3) rank 0 sleeps 100 s without init; the others start init (which waits for
  *               rank 0's ID) and, from another thread a second later, gpuhelper_abort(7, ...)
  *   abortwait   (1.1) rank 0: a thread waits in a barrier the others never enter, and the main
@@ -645,6 +647,21 @@ static int mode_abortwait(void)
 #endif
 
 #if GPUHELPER_VERSION_MINOR >= 3
+static int mode_clique(void)
+{
+    gpuhelper_info_t info;
+    int count = -1;
+    int rc = init(&info);
+    if (rc != 0)
+        return fail("init", rc);
+    if ((rc = gpuhelper_nvl_cliques(&count)) != 0)
+        return fail("gpuhelper_nvl_cliques", rc);
+    if ((rc = gpuhelper_nvl_cliques(NULL)) != GPUHELPER_EINVAL)
+        return fail("gpuhelper_nvl_cliques(NULL)", rc);
+    printf("CLIQUE %d %d %s\n", info.rank, count, info.nvl_clique[0] ? info.nvl_clique : "-");
+    return finalize();
+}
+
 static void *thread_abort(void *arg)
 {
     (void)arg;
@@ -693,7 +710,14 @@ static int mode_bigstruct(void)
         return fail("init gave another answer", GPUHELPER_EINTERNAL);
 #if GPUHELPER_VERSION_MINOR >= 1
     /* Built against the current header, whose structs are the library's: a caller built against
-     * a newer header has larger ones, ending in fields this library does not know. */
+     * a newer header has larger ones, ending in fields this library does not know. (Built
+     * against an older header than the library's, the library's struct is larger: skip.) */
+    char hv[32];
+    snprintf(hv, sizeof(hv), "%d.%d.%d", GPUHELPER_VERSION_MAJOR, GPUHELPER_VERSION_MINOR, GPUHELPER_VERSION_PATCH);
+    if (strcmp(hv, gpuhelper_version()) != 0) {
+        printf("OK %d bigstruct (header %s, library %s)\n", ref.rank, hv, gpuhelper_version());
+        return finalize();
+    }
     struct {
         gpuhelper_info_t info;
         unsigned char newer[64];
@@ -799,6 +823,8 @@ int main(int argc, char **argv)
 #if GPUHELPER_VERSION_MINOR >= 3
     if (strcmp(m, "abortininit") == 0)
         return mode_abortininit();
+    if (strcmp(m, "clique") == 0)
+        return mode_clique();
 #endif
     fprintf(stderr, "gpubind: ghtest: unknown mode %s\n", m);
     return 2;
