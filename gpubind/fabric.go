@@ -45,7 +45,7 @@ type Fabric struct {
 	Version int `json:"version,omitempty"`
 }
 
-var zeroUUID = "00000000-0000-0000-0000-000000000000"
+const zeroUUID = "00000000-0000-0000-0000-000000000000"
 
 // Clique is "<cluster_uuid>.<clique_id>" (Kubernetes' nvidia.com/gpu.clique label
 // form) for a completed fabric, "" otherwise.
