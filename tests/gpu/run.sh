@@ -112,8 +112,9 @@ for g in t["gpus"]:
     f = g.get("fabric")
     print("GPU %d %s fabric %s source %s" % (g["index"], g["pci_bus_id"], json.dumps(f), g.get("source", {}).get("fabric")))
     ok = f is not None and f["state"] == "not_supported" and f["clique_id"] == 0 and \
-        f["cluster_uuid"] == "00000000-0000-0000-0000-000000000000" and g["source"]["fabric"] == "nvml"
-    print(("PASS" if ok else "FAIL") + ": GPU %d fabric is not_supported, clique 0, zero cluster UUID, from NVML" % g["index"])
+        f["cluster_uuid"] == "00000000-0000-0000-0000-000000000000" and g["source"]["fabric"] == "nvml" and \
+        f.get("version") == 3
+    print(("PASS" if ok else "FAIL") + ": GPU %d fabric is not_supported, clique 0, zero cluster UUID, from NVML GetGpuFabricInfoV v3" % g["index"])
     bad += not ok
 sys.exit(1 if bad else 0)
 PY
