@@ -50,6 +50,9 @@ func Discover(o DiscoverOptions) (topo *Topology, notes []string, err error) {
 			for f := range t.GPUs[i].Source {
 				t.GPUs[i].Source[f] = BackendSnapshot
 			}
+			if t.GPUs[i].Fabric != nil {
+				t.GPUs[i].setSource("fabric", BackendSnapshot)
+			}
 		}
 		for i := range t.NICs {
 			for f := range t.NICs[i].Source {

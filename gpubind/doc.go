@@ -65,10 +65,10 @@
 //     N tasks per GPU is an error.
 //   - off: nothing happens (handled by the front end); help prints PolicyHelpText.
 //
-// Flags: verbose (the mapping line also goes to the user's stderr), nic (the GPU's
-// closest RDMA NIC: NCCL_IB_HCA==mlx5_1:1, the exact-match form, because without '='
-// mlx5_1 also matches mlx5_10, and UCX_NET_DEVICES=mlx5_1:1; pinning one HCA per rank
-// overrides NCCL's own rail and PXN choice), cpus (bind the task's CPUs to its GPU's
+// Flags: verbose (the mapping line also goes to the user's stderr), nic (NCCL_IB_HCA the
+// node's rails, the same exact-match list on every task, =mlx5_0:1,mlx5_1:1: '=' because
+// without it mlx5_1 also matches mlx5_10, and NCCL picks each GPU's rail itself, NVIDIA/nccl
+// issues 1478, 1591, 2428; UCX_NET_DEVICES and GPUBIND_NIC the task's closest NIC), cpus (bind the task's CPUs to its GPU's
 // NUMA node when Slurm did not bind them), isolate (per-task cgroup device isolation,
 // applied by the front end; it breaks CUDA IPC/P2P between the step's tasks).
 //

@@ -45,7 +45,7 @@ type Fabric struct {
 	Version int `json:"version,omitempty"`
 }
 
-var zeroUUID = "00000000-0000-0000-0000-000000000000"
+const zeroUUID = "00000000-0000-0000-0000-000000000000"
 
 // Clique is "<cluster_uuid>.<clique_id>" (Kubernetes' nvidia.com/gpu.clique label
 // form) for a completed fabric, "" otherwise.
@@ -287,7 +287,7 @@ func (t *Topology) HasFabric() bool {
 // hasFabricSource: some backend (NVML, a snapshot) reported fabric facts.
 func (t *Topology) hasFabricSource() bool {
 	for _, g := range t.GPUs {
-		if g.Source["fabric"] != "" {
+		if g.Fabric != nil {
 			return true
 		}
 	}

@@ -148,6 +148,14 @@ func TestFabricInTopo(t *testing.T) {
 	if !strings.Contains(out, "FABRIC") || !strings.Contains(out, "completed,healthy "+testCluster+".4") || strings.Contains(out, "no fabric info") {
 		t.Errorf("topo:\n%s", out)
 	}
+	// A snapshot written without sources (the fixtures) still shows its fabric.
+	snap, _, err := gpubind.Discover(gpubind.DiscoverOptions{Source: "snapshot", Snapshot: fixtures.Snapshot("gb200")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := gpubind.FormatTopo(snap); strings.Contains(out, "no fabric info") || !strings.Contains(out, "fabric=snapshot") {
+		t.Errorf("gb200 snapshot topo:\n%s", out)
+	}
 	sys, err := gpubind.DiscoverSysfs(fixtures.Root("dgxh100"))
 	if err != nil {
 		t.Fatal(err)

@@ -62,7 +62,7 @@ func FormatTopo(t *Topology) string {
 		for f, s := range g.Source {
 			src = append(src, f+"="+s)
 		}
-		if g.Source["fabric"] == "" {
+		if g.Fabric == nil {
 			// sysfs has no fabric facts: say so rather than leave it out.
 			src = append(src, "fabric=none(no fabric info)")
 		}

@@ -75,7 +75,9 @@ func ParseRails(list string) ([]string, error) {
 }
 
 // nearOrder is, for each step GPU id, the other step GPUs nearest first: behind the same
-// PCIe switch, then on the same NUMA node, then the others; ties by id.
+// PCIe switch, then on the same NUMA node, then the others; ties by id. A task sees at most
+// MaxPerTask GPUs (the rule's limit), so a list stops at MaxPerTask-1: the lines stay short
+// on nodes with hundreds of GPUs (MIG instances).
 func nearOrder(t *Topology, st *Step) map[int][]int {
 	out := map[int][]int{}
 	rank := func(a, b int) int {
@@ -96,7 +98,7 @@ func nearOrder(t *Topology, st *Step) map[int][]int {
 			}
 		}
 		sort.SliceStable(others, func(i, j int) bool { return rank(a, others[i]) < rank(a, others[j]) })
-		out[a] = others
+		out[a] = others[:min(len(others), MaxPerTask-1)]
 	}
 	return out
 }

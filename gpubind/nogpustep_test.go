@@ -1,6 +1,8 @@
 package gpubind_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -66,5 +68,27 @@ func TestNodeHasGPUGres(t *testing.T) {
 		if got := gpubind.NodeHasGPUGres(conf(c.text), c.node); got != c.want {
 			t.Errorf("%q node %s: %v, want %v", c.text, c.node, got, c.want)
 		}
+	}
+}
+
+// Issue 23: the NIC port state was frozen for the whole boot in the discovery cache. A
+// cached topology has its NICs' active ports read again.
+func TestRefreshNICPorts(t *testing.T) {
+	root := t.TempDir()
+	state := func(port, s string) {
+		dir := filepath.Join(root, "sys/class/infiniband/mlx5_0/ports", port)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "state"), []byte(s+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state("1", "1: DOWN")
+	state("2", "4: ACTIVE")
+	topo := &gpubind.Topology{NICs: []gpubind.NIC{{Name: "mlx5_0", Port: 1}, {Name: "mlx5_9", Port: 1}}}
+	gpubind.RefreshNICPorts(topo, root)
+	if topo.NICs[0].Port != 2 || topo.NICs[1].Port != 1 {
+		t.Errorf("ports %d %d, want 2 (the ACTIVE one now) and 1 (unreadable: kept)", topo.NICs[0].Port, topo.NICs[1].Port)
 	}
 }

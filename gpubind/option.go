@@ -43,8 +43,9 @@ var flagDefs = []struct {
 	help  string
 }{
 	{"verbose", func(f *Flags) *bool { return &f.Verbose }, "print each task's mapping on stderr"},
-	{"nic", func(f *Flags) *bool { return &f.NIC }, `set NCCL_IB_HCA==NIC:1 and UCX_NET_DEVICES=NIC:1 to the GPU's closest
-RDMA NIC (this overrides NCCL's own rail and PXN choice)`},
+	{"nic", func(f *Flags) *bool { return &f.NIC }, `NCCL_IB_HCA: the node's rails (the RDMA NICs nearest the step's GPUs),
+the same list on every task, as NCCL wants; UCX_NET_DEVICES and GPUBIND_NIC:
+the NIC nearest the task's GPU`},
 	{"cpus", func(f *Flags) *bool { return &f.CPUs }, "bind the task's CPUs to its GPU's NUMA node (when Slurm did not bind)"},
 	{"isolate", func(f *Flags) *bool { return &f.Isolate }, `allow each task only its own GPU device (cgroup); breaks CUDA IPC/P2P
 between the tasks of the step`},

@@ -135,6 +135,17 @@ func activePort(dir string) int {
 	return 0
 }
 
+// RefreshNICPorts reads each NIC's active port again (root as for discovery): a port's state
+// changes while the node is up, and a topology kept in the discovery cache must not freeze
+// it. A NIC whose ports cannot be read keeps its port.
+func RefreshNICPorts(t *Topology, root string) {
+	for i := range t.NICs {
+		if p := activePort(rootPath(root, "sys", "class", "infiniband", t.NICs[i].Name, "ports")); p > 0 {
+			t.NICs[i].Port = p
+		}
+	}
+}
+
 func readTrim(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

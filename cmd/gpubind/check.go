@@ -247,10 +247,11 @@ func runningSlurmd(procDir string) (int, string) {
 
 // plugstackLine is one active plugstack.conf line that loads spank_gpubind.so.
 type plugstackLine struct {
-	file string
-	line int
-	path string
-	args []string
+	file     string
+	line     int
+	path     string
+	args     []string
+	optional bool // marked optional: Slurm ignores the plugin's failures
 }
 
 // readPlugstack returns the lines loading spank_gpubind.so, following include lines.
@@ -263,7 +264,7 @@ func (c *checker) readPlugstack(path string) ([]plugstackLine, error) {
 	for _, l := range lines {
 		f := l.Fields
 		if (f[0] == "required" || f[0] == "optional") && len(f) >= 2 && filepath.Base(f[1]) == "spank_gpubind.so" {
-			out = append(out, plugstackLine{file: l.File, line: l.Line, path: f[1], args: f[2:]})
+			out = append(out, plugstackLine{file: l.File, line: l.Line, path: f[1], args: f[2:], optional: f[0] == "optional"})
 		}
 	}
 	return out, nil
@@ -328,7 +329,32 @@ func (c *checker) checkPlugstack() {
 			}
 		}
 	}
+	if v := optionalVoids(l, c.args); v != "" {
+		c.add("plugstack", statusWarn, "%s: the line is marked optional, and Slurm ignores the failures of an optional SPANK plugin: %s cannot fail a step or guarantee what it forces; mark the line required", c.argsFrom, v)
+		return
+	}
 	c.add("plugstack", statusOK, "%s: %s %s", c.argsFrom, l.path, strings.Join(l.args, " "))
+}
+
+// optionalVoids names the settings an optional plugstack line voids: mode=enforce (also the
+// default), isolate=force, cpus=force; "" for none (issue 23).
+func optionalVoids(l plugstackLine, args map[string]string) string {
+	if !l.optional {
+		return ""
+	}
+	var v []string
+	switch args["mode"] {
+	case "":
+		v = append(v, "mode=enforce (the default)")
+	case "enforce":
+		v = append(v, "mode=enforce")
+	}
+	for _, k := range []string{"isolate", "cpus"} {
+		if args[k] == "force" {
+			v = append(v, k+"=force")
+		}
+	}
+	return strings.Join(v, ", ")
 }
 
 // pluginDir is slurm.conf's PluginDir, else Debian's default.

@@ -100,5 +100,9 @@ func trustFile(what, path string) error {
 	if err := one(real, ""); err != nil {
 		return err
 	}
-	return one(filepath.Dir(real), "the directory "+filepath.Dir(real)+" of ")
+	if err := one(filepath.Dir(real), "the directory "+filepath.Dir(real)+" of "); err != nil {
+		return err
+	}
+	// A symbolic link: whoever may replace it chooses the file too.
+	return one(filepath.Dir(path), "the directory "+filepath.Dir(path)+" of ")
 }

@@ -264,6 +264,21 @@ func TestCheckBadPlugstackArgument(t *testing.T) {
 	expect(t, rc, items, "plugstack", statusFail, `gpubind\.conf line 2: plugstack argument mode=maybe: expected enforce or optional`)
 }
 
+// Issue 23: Slurm ignores the failures of a plugin marked optional (spank.c), which voids
+// mode=enforce and isolate=force: check says so.
+func TestCheckOptionalVoidsEnforce(t *testing.T) {
+	n := healthyNode(t)
+	for _, c := range []struct{ args, status, re string }{
+		{"", statusWarn, `marked optional.*mode=enforce \(the default\).*mark the line required`},
+		{"mode=optional isolate=force", statusWarn, `marked optional.*: isolate=force cannot`},
+		{"mode=optional", statusOK, `spank_gpubind\.so mode=optional`},
+	} {
+		setPlugstack(t, n.root, "optional "+fixturePluginDir+"/spank_gpubind.so "+c.args)
+		rc, items := n.check(t)
+		expect(t, rc, items, "plugstack", c.status, c.re)
+	}
+}
+
 func TestCheckBadDefaultOption(t *testing.T) {
 	n := healthyNode(t)
 	setPlugstack(t, n.root, "required "+fixturePluginDir+"/spank_gpubind.so default=closets")

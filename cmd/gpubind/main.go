@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -31,7 +32,7 @@ const usage = `usage:
   gpubind plan     --tasks N [--gpus LIST] [--task-cpus "0;1;0;1"] [--policy POLICY[,FLAGS]]
                    [--root DIR | --snapshot FILE] [--json]
                    [--slurm-conf FILE] [--gres-conf FILE] [--node NAME]
-                   [--numbering global|relative] [--source S] [--table]
+                   [--numbering global|relative] [--source S] [--table] [--nics LIST]
   gpubind check    [--json] [--root DIR] [FILE options: gpubind check -h]
   gpubind whereami [--json] [--strict] [--root DIR] [--dev DIR]   (run as a task: srun ... gpubind whereami)
   gpubind topology-conf --snapshots DIR
@@ -188,6 +189,7 @@ type jsonGPU struct {
 	BusID string `json:"pci_bus_id"`
 	UUID  string `json:"uuid"`
 	NUMA  int    `json:"numa"`
+	Own   bool   `json:"own"` // the task's own GPU (false: one visible=first|localid shows it too)
 }
 
 type jsonTask struct {
@@ -209,6 +211,7 @@ func cmdPlan(args []string, stdout, stderr io.Writer) error {
 	slurmConf := fs.String("slurm-conf", "", "plan as a node whose SLURM_CONF is FILE: numbering from it and cgroup.conf, gres.conf next to it")
 	gresConf := fs.String("gres-conf", "", "gres.conf giving the GRES order, as the plugin's gres_conf= (default: next to --slurm-conf, else PCI order)")
 	node := fs.String("node", "", "node name for gres.conf NodeName= lines (default the short host name, as on a node)")
+	nics := fs.String("nics", "", "the admin's RDMA rails, as plugstack nics= gives them (mlx5_0,mlx5_3)")
 	numbering := fs.String("numbering", "global", "global (tasks see all GPUs) or relative (ConstrainDevices); default from --slurm-conf")
 	table := fs.Bool("table", false, "print the protocol v1 decision table")
 	if err := parse(fs, args); err != nil {
@@ -259,6 +262,9 @@ func cmdPlan(args []string, stdout, stderr io.Writer) error {
 	}
 	req := gpubind.PlanRequest{Topo: topo, Tasks: *tasks, Option: *policy, Numbering: num,
 		Gres: &gpubind.GresConf{AutoDetect: "nvml"}, GresFrom: "(none: PCI order)"}
+	if req.Rails, err = gpubind.ParseRails(*nics); err != nil {
+		return usageError{"--" + err.Error()}
+	}
 	if err := planConf(&req, *slurmConf, *gresConf, *node, numberingGiven); err != nil {
 		return err
 	}
@@ -331,7 +337,8 @@ func cmdPlan(args []string, stdout, stderr io.Writer) error {
 		jt.Visible = jt.Env["CUDA_VISIBLE_DEVICES"]
 		for _, id := range b.GPUs {
 			g := tab.GPUs[id]
-			jt.GPUs = append(jt.GPUs, jsonGPU{Index: g.NVMLIndex, BusID: g.BusID, UUID: g.UUID, NUMA: g.NUMA})
+			jt.GPUs = append(jt.GPUs, jsonGPU{Index: g.NVMLIndex, BusID: g.BusID, UUID: g.UUID, NUMA: g.NUMA,
+				Own: slices.Contains(b.Own, id)})
 		}
 		out = append(out, jt)
 		if b.Warning != "" {

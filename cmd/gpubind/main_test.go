@@ -167,7 +167,7 @@ func TestPlanJSONShape(t *testing.T) {
 		t.Errorf("task keys %v: %v", keys, task)
 	}
 	g := task["gpus"].([]any)[0].(map[string]any)
-	if g["index"] != 5.0 || g["pci_bus_id"] != "0000:ab:00.0" || g["numa"] != 1.0 || !strings.HasPrefix(g["uuid"].(string), "GPU-") || len(g) != 4 {
+	if g["index"] != 5.0 || g["pci_bus_id"] != "0000:ab:00.0" || g["numa"] != 1.0 || !strings.HasPrefix(g["uuid"].(string), "GPU-") || g["own"] != true || len(g) != 5 {
 		t.Errorf("gpu %v", g)
 	}
 	if env := task["env"].(map[string]any); env["NCCL_IB_HCA"] != "=mlx5_5:1" || env["CUDA_DEVICE_ORDER"] != "PCI_BUS_ID" {

@@ -224,6 +224,7 @@ func loadTopology(req *Request) (*gpubind.Topology, []string, error) {
 		} else {
 			path = cachePath(dir, key)
 			if t, err := readCache(path, key); err == nil {
+				gpubind.RefreshNICPorts(t, req.Root)
 				return t, nil, nil
 			} else if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, errCacheExpired) {
 				notes = append(notes, "discovery cache ignored: "+err.Error())

@@ -213,12 +213,24 @@ static int parse_mountinfo(struct gb_cg *cg, const char *path, char *err,
 				goto toolong;
 		} else if (strcmp(fields[dash + 1], "cgroup") == 0) {
 			const char *sopts = fields[dash + 3];
-			if (has_token(sopts, "devices") &&
-			    set_mount(&cg->devices, fields[3], fields[4]) < 0)
-				goto toolong;
-			if (has_token(sopts, "cpuset") &&
-			    set_mount(&cg->cpuset, fields[3], fields[4]) < 0)
-				goto toolong;
+			static const char *const tracking[] = {
+				"freezer", "cpuacct", "memory",
+			};
+			const char *co = "";
+
+			for (i = 0; i < 3; i++)
+				if (has_token(sopts, tracking[i]))
+					co = tracking[i];
+			if (has_token(sopts, "devices") && !cg->devices.found) {
+				if (set_mount(&cg->devices, fields[3], fields[4]) < 0)
+					goto toolong;
+				strcpy(cg->devices.comount, co);
+			}
+			if (has_token(sopts, "cpuset") && !cg->cpuset.found) {
+				if (set_mount(&cg->cpuset, fields[3], fields[4]) < 0)
+					goto toolong;
+				strcpy(cg->cpuset.comount, co);
+			}
 		}
 		continue;
 toolong:
@@ -545,6 +557,30 @@ int gb_cg_prepare(struct gb_cg **out, const struct gb_cg_config *cfg,
 				"isolate: no cgroup v1 devices hierarchy in "
 				"%s", cfg->mountinfo ? cfg->mountinfo
 						     : "/proc/self/mountinfo");
+		goto fail;
+	}
+	/*
+	 * v1: the plugin moves each task into a cgroup of its own in the devices
+	 * (isolate) and cpuset (cpus) hierarchies. Where one of them is
+	 * co-mounted with a controller Slurm finds the step's tasks by, that
+	 * move would take the task out of Slurm's cgroup there (signals, the end
+	 * of the step, accounting would miss it).
+	 */
+	for (i = 0; cg->version == GB_CG_V1 && i < 2; i++) {
+		const struct gb_cg_mount *m = i ? &cg->cpuset : &cg->devices;
+		int flag = i ? GB_CG_CPUS : GB_CG_ISOLATE;
+
+		if (!(cfg->flags & flag) || !m->found || !m->comount[0])
+			continue;
+		rc = gb_cg_errf(err, errlen, GB_CG_REFUSED,
+				"%s: the cgroup v1 %s hierarchy at %s is "
+				"co-mounted with %s, by which Slurm finds the "
+				"step's tasks (proctrack/cgroup, "
+				"jobacct_gather/cgroup); moving a task into a "
+				"cgroup of gpubind's there would hide it from "
+				"Slurm. Mount %s on its own hierarchy",
+				i ? "cpus" : "isolate", i ? "cpuset" : "devices",
+				m->dir, m->comount, i ? "cpuset" : "devices");
 		goto fail;
 	}
 	if (cg->version == GB_CG_V2 && !cg->unified.found) {

@@ -18,6 +18,12 @@ struct gb_cg_mount {
 	int found;
 	char dir[GB_CG_PATHLEN];
 	char root[GB_CG_PATHLEN];
+	/*
+	 * v1: a controller Slurm finds the step's tasks by (freezer for
+	 * proctrack/cgroup, cpuacct or memory for jobacct_gather/cgroup)
+	 * co-mounted in this hierarchy; "" when none.
+	 */
+	char comount[16];
 };
 
 struct gb_cg_task {

@@ -152,6 +152,26 @@ static int is_slurm_task_dir(const char *dir)
 	return 1;
 }
 
+/*
+ * dir is inside a Slurm step's cgroup: a component job_<digits> followed by a
+ * step_<...> component (".../job_5/step_0/user/task_special").
+ */
+static int in_slurm_step(const char *dir)
+{
+	const char *p = dir;
+
+	while ((p = strstr(p, "/job_"))) {
+		const char *d = p + 5;
+
+		while (*d >= '0' && *d <= '9')
+			d++;
+		if (d > p + 5 && !strncmp(d, "/step_", 6))
+			return 1;
+		p = d;
+	}
+	return 0;
+}
+
 /* The only pid in dir's cgroup.procs is pid (a per-task cgroup). */
 static int only_pid(const char *dir, pid_t pid, char *err, size_t errlen)
 {
@@ -195,6 +215,24 @@ static int place(struct gb_cg *cg, struct gb_cg_task *t, const char *name,
 		t->v2_dir[0] = '\0';
 		return GB_CG_OK;
 	}
+	/*
+	 * Never take a pid out of the cgroup where Slurm looks for it: Slurm's
+	 * cgroup/v2 (step_get_pids: signals, the end of the step, accounting)
+	 * reads each task cgroup's own cgroup.procs, not its children's.
+	 */
+	if (in_slurm_step(t->v2_parent))
+		return gb_cg_errf(err, errlen,
+				  (cg->flags & GB_CG_ISOLATE) ? GB_CG_REFUSED
+							      : GB_CG_UNSUPPORTED,
+				  "the task is in %s, a cgroup of Slurm's that is "
+				  "not its own task_N (proctrack/cgroup without "
+				  "task/cgroup Constrain* or jobacct_gather/cgroup "
+				  "puts every task of the step in one); moving it "
+				  "would hide it from Slurm. Needed: task/cgroup "
+				  "with ConstrainDevices=yes (cgroup.conf), or "
+				  "jobacct_gather/cgroup, which give each task its "
+				  "own task_N cgroup",
+				  t->v2_parent);
 	return gb_cg_join(t->v2_dir, sizeof(t->v2_dir), t->v2_parent, name,
 			  err, errlen);
 }

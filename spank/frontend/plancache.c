@@ -45,7 +45,14 @@
 
 #define PC_MAGIC "gpubind-plancache 1"
 #define PC_HDR_MAX 64
-#define PC_KEY_MAX (4 * 1024 * 1024)
+/*
+ * Bounds, so that users cannot fill the root-owned cache (a tmpfs) or evict
+ * each other's entries: a key over PC_KEY_MAX is not cached; all entries
+ * together hold at most PC_TOTAL_MAX bytes; one uid at most a quarter of the
+ * entries and of the bytes (evict).
+ */
+#define PC_KEY_MAX (16 * 1024)
+#define PC_TOTAL_MAX (8 * 1024 * 1024)
 #define PC_TMP_STALE_S 600
 #define PC_DEPENDS_MAX (GB_TABLE_MAX_DEPENDS * 1400)
 #define PC_SETTLE_NS (100LL * 1000 * 1000)
@@ -182,6 +189,26 @@ static void req_value(const char *req, const char *key, char *out, size_t len)
 	}
 }
 
+/*
+ * The request, less what the plan does not use: SLURM_JOB_GPUS is read only
+ * when SLURM_STEP_GPUS is unset (gpubind.ResolveStep). A user's junk there
+ * must neither grow nor split the key.
+ */
+static void key_request(struct buf *b, const char *request)
+{
+	int step_gpus = !strncmp(request, "env.SLURM_STEP_GPUS=", 20) ||
+			strstr(request, "\nenv.SLURM_STEP_GPUS=");
+
+	for (const char *p = request; p && *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t l = nl ? (size_t) (nl - p) + 1 : strlen(p);
+
+		if (!(step_gpus && !strncmp(p, "env.SLURM_JOB_GPUS=", 19)))
+			badd(b, p, l);
+		p = nl ? nl + 1 : NULL;
+	}
+}
+
 static int build_key(struct buf *b, const char *engine, const char *request)
 {
 	char root[1100], path[2300], conf[1100], confdir[1100];
@@ -224,8 +251,19 @@ static int build_key(struct buf *b, const char *engine, const char *request)
 	else
 		(void) snprintf(path, sizeof(path), "/etc/slurm/gres.conf");
 	bident(b, "gres_conf", path);
+	/* The NIC's port state, which the nic flag reads (ACTIVE port). */
+	if (strstr(request, "nic")) {
+		glob_t g;
+
+		(void) snprintf(path, sizeof(path),
+				"%s/sys/class/infiniband/*/ports/*/state", root);
+		if (glob(path, 0, NULL, &g) == 0)
+			for (size_t i = 0; i < g.gl_pathc; i++)
+				bcontent(b, "port", g.gl_pathv[i]);
+		globfree(&g);
+	}
 	bstr(b, "request\n");
-	bstr(b, request);
+	key_request(b, request);
 	return b->bad ? -1 : 0;
 }
 
@@ -316,7 +354,7 @@ void gb_plancache_begin(struct gb_plancache *pc, const char *engine,
 	const char *base = gb_conf.cache_dir[0] ? gb_conf.cache_dir :
 			   GB_DEFAULT_CACHE_DIR;
 	struct buf b = { 0 };
-	char why[1300];
+	char why[1300], uid[24];
 	int rc;
 
 	memset(pc, 0, sizeof(*pc));
@@ -333,7 +371,7 @@ void gb_plancache_begin(struct gb_plancache *pc, const char *engine,
 	/* rc 1: no cache_dir yet; the engine creates it, put() then writes. */
 	if (build_key(&b, engine, request)) {
 		free(b.p);
-		gb_info("plan cache not used: the key is longer than %d bytes or memory ran out",
+		gb_info("plan cache not used: the key is %d bytes or more (step environment too large to cache), or memory ran out",
 			PC_KEY_MAX);
 		return;
 	}
@@ -343,8 +381,12 @@ void gb_plancache_begin(struct gb_plancache *pc, const char *engine,
 		gb_info("plan cache not used: cache_dir path too long");
 		return;
 	}
-	(void) snprintf(pc->path, sizeof(pc->path), "%s/p-%016llx", pc->dir,
-			(unsigned long long) fnv1a(b.p, b.len));
+	/* The job user's uid names the entry: each uid has its share (evict). */
+	req_value(request, "uid", uid, sizeof(uid));
+	if (!uid[0] || strspn(uid, "0123456789") != strlen(uid))
+		(void) snprintf(uid, sizeof(uid), "x");
+	(void) snprintf(pc->path, sizeof(pc->path), "%s/p-u%s-%016llx", pc->dir,
+			uid, (unsigned long long) fnv1a(b.p, b.len));
 	pc->key = last_key = b.p;
 	pc->keylen = b.len;
 	pc->usable = 1;
@@ -498,6 +540,9 @@ int gb_plancache_get(struct gb_plancache *pc, unsigned ntasks,
 struct ent {
 	char name[64];
 	struct timespec mtime;
+	off_t size;
+	char uid[24];        /* from the name p-u<UID>-HASH; "" for older names */
+	int gone;
 };
 
 static int ent_cmp(const void *a, const void *b)
@@ -511,13 +556,50 @@ static int ent_cmp(const void *a, const void *b)
 	return strcmp(x->name, y->name);
 }
 
-/* Keep at most max entries (oldest written go first); drop stale temps. */
+/* By uid, then newest first. */
+static int uid_cmp(const void *a, const void *b)
+{
+	const struct ent *x = *(const struct ent *const *) a;
+	const struct ent *y = *(const struct ent *const *) b;
+	int c = strcmp(x->uid, y->uid);
+
+	return c ? c : ent_cmp(y, x);
+}
+
+static void ent_uid(struct ent *e)
+{
+	const char *u = e->name + 2, *dash;
+
+	e->uid[0] = '\0';
+	if (*u != 'u' || !(dash = strchr(u, '-')) ||
+	    (size_t) (dash - u) >= sizeof(e->uid))
+		return;
+	memcpy(e->uid, u, (size_t) (dash - u));
+	e->uid[dash - u] = '\0';
+}
+
+static void ent_drop(int dfd, const char *dir, struct ent *e)
+{
+	if (unlinkat(dfd, e->name, 0) && errno != ENOENT)
+		gb_info("plan cache: cannot evict %s/%s: %s", dir, e->name,
+			strerror(errno));
+	e->gone = 1;
+}
+
+/*
+ * Bounds (oldest written go first; stale temps dropped): first each uid to a
+ * quarter of max entries (all of a cache under 16 entries) and of
+ * PC_TOTAL_MAX bytes, so that one user cannot evict the others; then all
+ * entries to max and PC_TOTAL_MAX bytes.
+ */
 static void evict(const char *dir, int max)
 {
 	DIR *d = opendir(dir);
 	struct dirent *e;
-	struct ent *v = NULL;
-	size_t n = 0, cap = 0;
+	struct ent *v = NULL, **by_uid;
+	size_t n = 0, cap = 0, share = max >= 16 ? (size_t) max / 4 : (size_t) max;
+	long long total = 0, bytes = 0;
+	size_t count = 0;
 	time_t now = time(NULL);
 
 	if (!d) {
@@ -549,16 +631,47 @@ static void evict(const char *dir, int max)
 			v = x;
 			cap = cap ? cap * 2 : 64;
 		}
+		memset(&v[n], 0, sizeof(v[n]));
 		(void) snprintf(v[n].name, sizeof(v[n].name), "%s", e->d_name);
 		v[n].mtime = st.st_mtim;
+		v[n].size = st.st_size;
+		ent_uid(&v[n]);
 		n++;
 	}
-	if (n > (size_t) max) {
-		qsort(v, n, sizeof(*v), ent_cmp);
-		for (size_t i = 0; i < n - (size_t) max; i++)
-			if (unlinkat(dirfd(d), v[i].name, 0) && errno != ENOENT)
-				gb_info("plan cache: cannot evict %s/%s: %s",
-					dir, v[i].name, strerror(errno));
+	qsort(v, n, sizeof(*v), ent_cmp);
+	/* Each uid's share, newest kept: by uid, newest first. */
+	by_uid = malloc((n ? n : 1) * sizeof(*by_uid));
+	if (!by_uid) {
+		gb_info("plan cache eviction skipped: out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++)
+		by_uid[i] = &v[i];
+	qsort(by_uid, n, sizeof(*by_uid), uid_cmp);
+	for (size_t i = 0, mine = 0; i < n; i++) {
+		if (i == 0 || strcmp(by_uid[i]->uid, by_uid[i - 1]->uid)) {
+			mine = 0;
+			bytes = 0;
+		}
+		mine++;
+		bytes += by_uid[i]->size;
+		if (by_uid[i]->uid[0] &&
+		    (mine > share || bytes > PC_TOTAL_MAX / 4))
+			ent_drop(dirfd(d), dir, by_uid[i]);
+	}
+	free(by_uid);
+	for (size_t i = 0; i < n; i++)
+		if (!v[i].gone) {
+			count++;
+			total += v[i].size;
+		}
+	for (size_t i = 0; i < n && (count > (size_t) max ||
+				     total > PC_TOTAL_MAX); i++) {
+		if (v[i].gone)
+			continue;
+		ent_drop(dirfd(d), dir, &v[i]);
+		count--;
+		total -= v[i].size;
 	}
 out:
 	free(v);
@@ -594,9 +707,27 @@ static void store(struct gb_plancache *pc, const struct gb_table *t,
 		return;
 	rc = trusted_dir(pc->dir, why, sizeof(why));
 	if (rc == 1) {
-		if (mkdir(pc->dir, 0700) && errno != EEXIST) {
+		/*
+		 * No cache_dir yet: the engine makes it when it caches a
+		 * discovery, which source=snapshot never does.
+		 */
+		int mk = mkdir(pc->dir, 0700) ? errno : 0;
+
+		if (mk == ENOENT) {
+			char base[sizeof(pc->dir)];
+
+			(void) snprintf(base, sizeof(base), "%s", pc->dir);
+			*strrchr(base, '/') = '\0';
+			if (mkdir(base, 0755) && errno != EEXIST) {
+				gb_info("plan cache not written: mkdir %s: %s",
+					base, strerror(errno));
+				return;
+			}
+			mk = mkdir(pc->dir, 0700) ? errno : 0;
+		}
+		if (mk && mk != EEXIST) {
 			gb_info("plan cache not written: mkdir %s: %s", pc->dir,
-				strerror(errno));
+				strerror(mk));
 			return;
 		}
 		rc = trusted_dir(pc->dir, why, sizeof(why));
@@ -647,10 +778,13 @@ void gb_plancache_put(struct gb_plancache *pc, const struct gb_table *t,
 
 	if (!pc->usable || pc->hit)
 		return;
-	if (depends_ids(&ids, t, &pc->begun, &file) || ids.len > PC_DEPENDS_MAX)
-		gb_info("plan cache not written: %s, which the plan was made from, changed as the step began, or cannot be named",
-			file[0] ? file : "(too many files)");
-	else
+	if (depends_ids(&ids, t, &pc->begun, &file) || ids.len > PC_DEPENDS_MAX) {
+		if (!strcmp(file, "?")) /* every step of an NVLink fabric node */
+			gb_verbose("plan cache not written: the plan depends on state no file records (a multi-node NVLink fabric, or a file that cannot be named)");
+		else
+			gb_info("plan cache not written: %s, which the plan was made from, changed as the step began, or cannot be named",
+				file[0] ? file : "(too many files)");
+	} else
 		store(pc, t, ntasks, res, text, len, ids);
 	free(ids.p);
 }

@@ -67,5 +67,16 @@ int gb_trust_file(const char *what, const char *path, char *err,
 				strerror(errno));
 		return -1;
 	}
+	if (trust_one(what, path, which, &st, err, errlen))
+		return -1;
+	/* A symbolic link: whoever may replace it chooses the file too. */
+	(void) snprintf(dir, sizeof(dir), "%s", path);
+	d = dirname(dir);
+	(void) snprintf(which, sizeof(which), "the directory %s of ", d);
+	if (stat(d, &st)) {
+		(void) snprintf(err, errlen, "%s%s %s: %s", which, what, path,
+				strerror(errno));
+		return -1;
+	}
 	return trust_one(what, path, which, &st, err, errlen);
 }

@@ -682,6 +682,33 @@ func TestV2ExclusiveStepProgramRefused(t *testing.T) {
 	noLeftovers(t)
 }
 
+// Issue 23: with proctrack/cgroup but neither task/cgroup with a Constrain* option nor
+// jobacct_gather/cgroup, Slurm's cgroup/v2 puts every task of the step in the shared
+// task_special. Moving a task into a child of it hid the task from Slurm (step_get_pids reads
+// each task cgroup's own cgroup.procs): isolate refuses and names what is needed; cpus alone
+// is left to sched_setaffinity. The task stays where Slurm put it.
+func TestV2SharedTaskSpecialRefused(t *testing.T) {
+	m := needV2(t)
+	dev := fakeGPUs(t)
+	special := filepath.Join(testBase(t, m.unified), "job_107", "step_0", "user", "task_special")
+	mkdirs(t, special)
+	r := runTask(t, dev, []string{"--version", "2", "--isolate", "--job", job(),
+		"--step-minors", "0,1", "--minors", "0", "--slurm-v2", special}, "0", "1")
+	if r.apply != -2 || !strings.Contains(r.applyMsg, "task_special") || !strings.Contains(r.applyMsg, "ConstrainDevices") {
+		t.Errorf("want a refusal naming task_special and what is needed, got\n%s", r.raw)
+	}
+	if len(r.dirs) != 0 {
+		t.Errorf("cgroups made below Slurm's %s: %v", special, r.dirs)
+	}
+	r.expect(t, map[string]string{"0": "ENXIO", "1": "ENXIO"})
+	r = runTask(t, dev, []string{"--version", "2", "--cpus-flag", "--job", job(),
+		"--cpus", "0", "--mems", "0", "--slurm-v2", special}, "0")
+	if r.apply != -3 || len(r.dirs) != 0 {
+		t.Errorf("cpus alone in task_special: want GB_CG_UNSUPPORTED and the task left in place, got\n%s", r.raw)
+	}
+	noLeftovers(t)
+}
+
 // task/none or task/affinity: no Slurm cgroup; the plugin's cgroup goes below the stepd's.
 func TestV2WithoutSlurmCgroups(t *testing.T) {
 	m := needV2(t)
@@ -774,6 +801,30 @@ func TestRefusals(t *testing.T) {
 		r := runTask(t, dev, tc.args, "0")
 		if r.prepare != -2 || !strings.Contains(r.prepareMsg, tc.want) {
 			t.Errorf("%s: want refusal at prepare naming %q, got\n%s", tc.name, tc.want, r.raw)
+		}
+	}
+}
+
+// Issue 23: on cgroup v1 the plugin moves each task into a cgroup of its own in the devices
+// (isolate) and cpuset (cpus) hierarchies. Where such a hierarchy is co-mounted with freezer
+// (proctrack/cgroup) or cpuacct/memory (jobacct_gather/cgroup), that move takes the task out
+// of the cgroup where Slurm finds it: refused before anything changes, naming the mount.
+func TestV1CoMountRefused(t *testing.T) {
+	tool(t)
+	dev := fakeGPUs(t)
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, mount, flag, want string }{
+		{"devices,freezer", "rw,devices,freezer", "--isolate", "co-mounted with freezer"},
+		{"devices,memory", "rw,memory,devices", "--isolate", "co-mounted with memory"},
+		{"cpuset,cpuacct", "rw,cpuset,cpu,cpuacct", "--cpus-flag", "co-mounted with cpuacct"},
+	} {
+		mi := filepath.Join(dir, strings.ReplaceAll(tc.name, ",", "_"))
+		writeFile(t, mi, "31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"+
+			"34 31 0:31 / /sys/fs/cgroup/x rw,relatime - cgroup cgroup "+tc.mount+"\n")
+		r := runTask(t, dev, []string{"--version", "1", tc.flag, "--step-minors", "0", "--minors", "0",
+			"--cpus", "0", "--mems", "0", "--mountinfo", mi}, "0")
+		if r.prepare != -2 || !strings.Contains(r.prepareMsg, tc.want) {
+			t.Errorf("%s: want a refusal at prepare naming %q, got\n%s", tc.name, tc.want, r.raw)
 		}
 	}
 }

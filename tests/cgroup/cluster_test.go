@@ -427,3 +427,38 @@ func TestClusterIsolateLeftoverProcess(t *testing.T) {
 		t.Errorf("job %s's devices cgroups leaked: %v\nslurmd log:\n%s", job, tree, c.SlurmdLog("node1"))
 	}
 }
+
+// Issue 24: with visible=first, isolate allows exactly the GPUs the task sees, the step's
+// GPUs (CUDA IPC/P2P between the tasks keeps working); with visible=own only its own. Either
+// way nothing outside the step.
+func TestClusterIsolateVisibleFirst(t *testing.T) {
+	needV1(t, "devices")
+	c := startCluster(t, "task/affinity", false)
+	tasks, out, err := runStep(t, c, "-n2", "--gpus=4", "--gpu-bind-topo=closest,isolate,visible=first")
+	if err != nil {
+		t.Fatalf("srun: %v\n%s", err, out)
+	}
+	if len(tasks) != 2 {
+		t.Fatalf("want 2 tasks' reports, got %d:\n%s", len(tasks), out)
+	}
+	for id, tv := range tasks {
+		step := ints(tv.env["STEP"])
+		got := tv.reachable()
+		if !slices.Equal(got, step) {
+			t.Errorf("task %d: reaches minors %v, want exactly the step's GPUs %v (visible=first)\n%s", id, got, step, out)
+		}
+		if own := ints(tv.env["GPUS"]); len(own) != 1 || len(ints(tv.env["CVD"])) != len(step) {
+			t.Errorf("task %d: own GPUs %v, CUDA_VISIBLE_DEVICES %q: want one own of %d visible", id, own, tv.env["CVD"], len(step))
+		}
+		inPlugin := false
+		for _, cg := range tv.cgroup {
+			inPlugin = inPlugin || (strings.Contains(cg, ":devices:") && strings.Contains(cg, "/gpubind_j"))
+		}
+		if !inPlugin {
+			t.Errorf("task %d is in no plugin devices cgroup: %q", id, tv.cgroup)
+		}
+	}
+	if left := leftBehind(t, tasks); len(left) > 0 {
+		t.Errorf("left behind after the step: %v", left)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Task and proctrack plugins the harness knows how to configure.
@@ -237,6 +239,15 @@ func (c *Cluster) writeConfigs(ctldPort int, nodePorts []int, mungeSocket string
 		if err := writeLines(filepath.Join(d, "cgroup.conf"), cg); err != nil {
 			return err
 		}
+	} else if unifiedCgroupOnly() {
+		// On a pure cgroup v2 host Slurm autodetects cgroup/v2 even for a cluster without
+		// cgroup plugins, and its slurmstepd then asks systemd (dbus) for a scope: fatal
+		// where, as on the GPU machine, no dbus runs. Such a cluster uses no cgroups at all.
+		// (CgroupPlugin=disabled is Slurm 23.02+; Debian 12's 22.05 runs on the CI VM,
+		// whose cgroup mount is not pure v2.)
+		if err := writeLines(filepath.Join(d, "cgroup.conf"), []string{"CgroupPlugin=disabled"}); err != nil {
+			return err
+		}
 	}
 	if cfg.TopologyConf != nil {
 		// Slurm reads topology.conf beside slurm.conf (TopologyPlugin=topology/block, tree).
@@ -265,4 +276,10 @@ func writeLines(path string, lines []string) error {
 		return fmt.Errorf("cluster: write %s: %w", path, err)
 	}
 	return nil
+}
+
+// unifiedCgroupOnly says whether /sys/fs/cgroup is a cgroup v2 mount (no v1 hierarchies).
+func unifiedCgroupOnly() bool {
+	var st unix.Statfs_t
+	return unix.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
 }

@@ -17,6 +17,8 @@
 #  6. examples/nccl_allreduce over libgpuhelper: 1 rank under mpirun, then 2 ranks with
 #     one-rank communicators from gpuhelper_group_id (NCCL refuses 2 ranks on one GPU)
 #  7. cgroup device isolation with the plugin's own BPF code (tests/gpu/cgroup_gpu.sh)
+#  8. multi-node NVLink fabric and IMEX as real NVML reports them: on a GPU without a
+#     multi-node NVLink domain (the H200) no clique variable, no warning, no fabric lines
 set -uo pipefail
 
 # shellcheck source=tests/gpu/common.sh
@@ -91,6 +93,55 @@ fi
 
 section "7. cgroup device isolation with the plugin's own BPF code"
 run bash tests/gpu/cgroup_gpu.sh
+
+section "8. multi-node NVLink fabric and IMEX (real NVML)"
+# Expected on the lent H200 (driver 580.159.04): GetGpuFabricInfoV answers SUCCESS with state
+# NOT_SUPPORTED, clique 0, an all-zero cluster UUID; /proc/devices lists
+# nvidia-caps-imex-channels, but no channel node exists. So: fabric not_supported on every
+# GPU, no GPUBIND_NVL_CLIQUE, no warning, a table without fabric/imex/"depends ?" lines,
+# `gpubind check` items fabric and imex ok. On a GB200 the script prints what it finds.
+nvidia-smi -q | grep -A4 -i '^ *Fabric' | head -12
+grep -i imex /proc/devices || echo "(no IMEX device in /proc/devices)"
+ls -l /dev/nvidia-caps-imex-channels 2>&1 | head -5
+run "$B/gpubind" snapshot --source nvml >"$out/snapshot-fabric.json"
+run python3 - "$out/snapshot-fabric.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+bad = 0
+for g in t["gpus"]:
+    f = g.get("fabric")
+    print("GPU %d %s fabric %s source %s" % (g["index"], g["pci_bus_id"], json.dumps(f), g.get("source", {}).get("fabric")))
+    ok = f is not None and f["state"] == "not_supported" and f["clique_id"] == 0 and \
+        f["cluster_uuid"] == "00000000-0000-0000-0000-000000000000" and g["source"]["fabric"] == "nvml" and \
+        f.get("version") == 3
+    print(("PASS" if ok else "FAIL") + ": GPU %d fabric is not_supported, clique 0, zero cluster UUID, from NVML GetGpuFabricInfoV v3" % g["index"])
+    bad += not ok
+sys.exit(1 if bad else 0)
+PY
+"$B/gpubind" topo --source nvml | grep -E 'FABRIC|^[0-9]' | head -10
+"$B/gpubind" plan --tasks "$ngpu" --gpus "$gpus" --policy closest --source auto --json >"$work/plan.json" 2>"$work/plan.err"
+"$B/gpubind" plan --tasks "$ngpu" --gpus "$gpus" --policy closest --source auto --table >"$work/table.txt" 2>>"$work/plan.err"
+if grep -q GPUBIND_NVL_CLIQUE "$work/plan.json" || grep -q warning "$work/plan.err" ||
+	grep -qE '^(fabric|imex|depends \?)' "$work/table.txt"; then
+	echo "FAIL: a GPU without multi-node NVLink got a clique variable, a warning or fabric lines:"
+	cat "$work/plan.json" "$work/plan.err" "$work/table.txt"
+	failed=1
+else
+	echo "PASS: no GPUBIND_NVL_CLIQUE, no warning, no fabric/imex lines in the table"
+fi
+"$B/gpubind" check --json >"$work/check.json" 2>/dev/null # other items fail without slurm.conf
+run python3 - "$work/check.json" <<'PY'
+import json, sys
+items = {i["name"]: i for i in json.load(open(sys.argv[1]))["items"]}
+bad = 0
+for name in ("fabric", "imex"):
+    i = items.get(name)
+    print("%s: %s" % (name, json.dumps(i)))
+    ok = i is not None and i["status"] == "ok"
+    print(("PASS" if ok else "FAIL") + ": check item %s is ok" % name)
+    bad += not ok
+sys.exit(1 if bad else 0)
+PY
 
 section "summary"
 if [ $failed -ne 0 ]; then echo "run.sh: some checks FAILED"; exit 1; fi

@@ -39,7 +39,7 @@ export SCALE_NODES SCALE_RPN SCALE_RUNS SCALE_WARMUP SCALE_ITERS SCALE_STEP_TIME
 export SCALE_DEADLINE=${SCALE_DEADLINE:-440} SCALE_RES=$out/results SCALE_PREBUILT=$bundle/scale SCALE_AUTH_SLURM=1
 SCALE_PMIX_VERSION=$(cat "$bundle/scale/pmix-version" 2>/dev/null)
 export SCALE_PMIX_VERSION BUILD=$bundle/build
-export SCALE_TITLE="8c. Scale on the GPU machine ($(nproc) cores): $part" SCALE_PLUGIN_TITLE="9b. The plugin at scale on the GPU machine ($(nproc) cores)"
+export SCALE_TITLE="8d. Scale on the GPU machine ($(nproc) cores): $part" SCALE_PLUGIN_TITLE="9b. The plugin at scale on the GPU machine ($(nproc) cores)"
 
 section "Slurm from .gpu, Debian's PMIx 4 over the system's"
 prefix=$(cat "$bundle/prefix")

@@ -329,8 +329,11 @@ wrc=$?
 echo "$wout"
 srun -n1 --gpus=1 --gpu-bind-topo=closest,visible=first "$bundle/build/gpubind" whereami --json >"$out/whereami.json" 2>&1
 check "whereami --strict exits 0 (no warning)" test "$wrc" -eq 0
-check "whereami: CUDA device 0 is nvidia-smi's GPU $gpu_index, bus $gpu_bus, $gpu_uuid" \
-	grep -qiE "^CUDA device 0: GPU $gpu_index $gpu_bus $gpu_uuid .* openable" <<<"$wout"
+# The GPU the plugin gave the task, as nvidia-smi (outside the job) numbers and names it.
+wbus=$(sed -n 's/^GPUBIND_PCI_BUS_IDS=//p' <<<"$wout")
+IFS=', ' read -r w_index _ w_uuid _ < <(grep -i "${wbus#0000:}," "$work/smi.csv")
+check "whereami: CUDA device 0 is nvidia-smi's GPU $w_index, bus $wbus, $w_uuid (the plugin's GPU)" \
+	grep -qiE "^CUDA device 0: GPU $w_index $wbus $w_uuid .* openable" <<<"$wout"
 check "whereami: the task is in Slurm's task cgroup" grep -qE '^cgroup 0::.*/task_0$' <<<"$wout"
 check "whereami --json has the issue's keys" python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert all(k in d for k in ("host","rank","local_id","cpus","mems","gpus","cpus_local_to_gpus","nic","env","warnings")); assert all(k in d["gpus"][0] for k in ("visible_index","index","pci_bus_id","uuid","numa","openable"))' "$out/whereami.json"
 

@@ -90,6 +90,12 @@ func TestUntrustedFilesRefused(t *testing.T) {
 	must(t, os.WriteFile(worldSnap, mustRead(t, p), 0o644))
 	must(t, os.Chmod(worldSnap, 0o666))
 	l755 := copyLauncher(t, 0o755, 0o755)
+	// A link to a good launcher, in a directory others can write.
+	linkDir := filepath.Join(t.TempDir(), "links")
+	must(t, os.Mkdir(linkDir, 0o755))
+	must(t, os.Chmod(linkDir, 0o777))
+	link := filepath.Join(linkDir, "gpubind-launcher")
+	must(t, os.Symlink(l755, link))
 	lOther := copyLauncher(t, 0o755, 0o755)
 	must(t, os.Chown(lOther, 65534, 65534))
 	cases := []struct {
@@ -99,6 +105,7 @@ func TestUntrustedFilesRefused(t *testing.T) {
 		{"group-writable launcher", copyLauncher(t, 0o755, 0o775), p, "is writable by group or others (mode 0775)"},
 		{"launcher owned by a user", lOther, p, "is owned by uid 65534, not root"},
 		{"group-writable directory", copyLauncher(t, 0o775, 0o755), p, "the directory "},
+		{"link in a world-writable directory", link, p, "the directory " + linkDir + " of launcher " + link + " is writable by group or others (mode 0777)"},
 		{"world-writable snapshot", l755, worldSnap, "snapshot " + worldSnap + " is writable by group or others (mode 0666)"},
 	}
 	for _, c := range cases {

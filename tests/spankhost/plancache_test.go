@@ -46,11 +46,20 @@ type pcStep struct {
 // cache_dir dir, plus args; the request.txt of the run before is removed.
 func pcRun(t *testing.T, dir, p string, n int, args ...string) pcStep {
 	t.Helper()
+	return pcRunEnv(t, dir, p, n, nil, args...)
+}
+
+// pcRunEnv is pcRun with more step environment (NAME=VALUE each).
+func pcRunEnv(t *testing.T, dir, p string, n int, env []string, args ...string) pcStep {
+	t.Helper()
 	req := filepath.Join(dir, "request.txt")
 	if err := os.Remove(req); err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
 	}
 	flags := []string{"-n", itoa(n), "-e", "SLURM_STEP_GPUS=0,1,2,3", "-o", "closest"}
+	for _, e := range env {
+		flags = append(flags, "-e", e)
+	}
 	all := append([]string{"launcher=" + bin.launchers["table"], "snapshot=" + p, "cache_dir=" + dir}, args...)
 	r := host(t, flags, all...)
 	s := pcStep{r: r, hit: strings.Contains(r.stderr, ", plan cache hit)")}
@@ -492,5 +501,102 @@ func TestPlanCacheDependsOnTheFilesRead(t *testing.T) {
 		if s := pcRun(t, dir, q, 2); !s.ran {
 			t.Error(`"depends ?": the cached plan was used`)
 		}
+	}
+}
+
+// Issue 23: users could fill the root-owned plan cache (a tmpfs) and evict each other's
+// entries: three one-task steps with a 60 KB junk SLURM_JOB_GPUS left 202 KB of entries.
+// Now the key holds only what the plan uses (SLURM_JOB_GPUS is read only without
+// SLURM_STEP_GPUS), a key over 16 KiB is not cached, and each uid keeps at most a quarter
+// of the entries.
+func TestPlanCacheBounds(t *testing.T) {
+	build(t)
+	needRoot(t)
+	p := tablePlan(t, 1, 2)
+	junk := func(c byte) string { return strings.Repeat(string(c), 60*1024) }
+
+	t.Run("unused variable not in the key", func(t *testing.T) {
+		dir := cacheDir(t)
+		if s := pcRunEnv(t, dir, p, 1, []string{"SLURM_JOB_GPUS=" + junk('1')}); !s.ran {
+			t.Fatal("first step not a miss")
+		}
+		if s := pcRunEnv(t, dir, p, 1, []string{"SLURM_JOB_GPUS=" + junk('2')}); !s.hit {
+			t.Errorf("another SLURM_JOB_GPUS beside SLURM_STEP_GPUS split the key")
+		}
+		fi, err := os.Stat(onlyEntry(t, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() > 16*1024 {
+			t.Errorf("entry of %d bytes holds the unused variable", fi.Size())
+		}
+	})
+	t.Run("key over 16 KiB not cached", func(t *testing.T) {
+		dir := cacheDir(t)
+		for i := 0; i < 3; i++ {
+			if s := pcRunEnv(t, dir, p, 1, []string{"CUDA_VISIBLE_DEVICES=" + junk('3')}); !s.ran {
+				t.Errorf("step %d: a 60 KB key was cached", i)
+			}
+		}
+		if e := entries(t, dir); len(e) != 0 {
+			t.Errorf("entries written for a 60 KB key: %v", e)
+		}
+	})
+	t.Run("one uid cannot evict the others", func(t *testing.T) {
+		dir := cacheDir(t)
+		plans := filepath.Join(dir, "plans")
+		must(t, os.Mkdir(plans, 0o700))
+		old := time.Now().Add(-time.Hour)
+		for i := 0; i < 4; i++ {
+			f := filepath.Join(plans, fmt.Sprintf("p-u1000-%016x", i))
+			must(t, os.WriteFile(f, []byte("gpubind-plancache 1 0 0\n"), 0o600))
+			must(t, os.Chtimes(f, old, old))
+		}
+		var last string
+		for n := 1; n <= 16; n++ {
+			last = tablePlan(t, n, 1)
+			if s := pcRun(t, dir, last, n, "plan_cache=16"); !s.ran {
+				t.Fatalf("n=%d: not a miss", n)
+			}
+		}
+		mine, other := 0, 0
+		for _, e := range entries(t, dir) {
+			switch {
+			case strings.HasPrefix(filepath.Base(e), "p-u1000-"):
+				other++
+			case strings.HasPrefix(filepath.Base(e), fmt.Sprintf("p-u%d-", os.Getuid())):
+				mine++
+			}
+		}
+		if other != 4 || mine != 4 {
+			t.Errorf("plan_cache=16: uid %d keeps %d entries (want its quarter, 4), uid 1000 keeps %d of its 4",
+				os.Getuid(), mine, other)
+		}
+		if s := pcRun(t, dir, last, 16, "plan_cache=16"); !s.hit {
+			t.Errorf("the newest entry of the uid was evicted")
+		}
+	})
+}
+
+// Issue 23: with source=snapshot the engine never makes cache_dir (it caches no discovery),
+// and the plan cache failed on every step (mkdir CACHE_DIR/plans: ENOENT). Now the front end
+// makes it.
+func TestPlanCacheWithoutCacheDir(t *testing.T) {
+	build(t)
+	needRoot(t)
+	dir := filepath.Join(t.TempDir(), "fresh")
+	p := tablePlan(t, 2, 1, 0)
+	flags := []string{"-n", "2", "-e", "SLURM_STEP_GPUS=0,1,2,3", "-o", "closest"}
+	args := []string{"launcher=" + bin.launchers["table"], "snapshot=" + p, "cache_dir=" + dir}
+	var hits []bool
+	for i := 0; i < 2; i++ {
+		r := host(t, flags, args...)
+		if r.rc(t, "init_post_opt") != 0 || kv(t, r.lines["tasks ok"])["ok"] != 2 {
+			t.Fatalf("step failed:\n%s\n%s", r.stdout, r.stderr)
+		}
+		hits = append(hits, strings.Contains(r.stderr, ", plan cache hit)"))
+	}
+	if hits[0] || !hits[1] {
+		t.Errorf("plan cache hits %v, want [false true]: no plan cache without a cache_dir made beforehand", hits)
 	}
 }

@@ -159,7 +159,10 @@ func TestPrecedenceAndOff(t *testing.T) {
 		{"bare", []string{"-o", "-"}, []string{"default=spread"}, "closest"},
 		{"user beats env and default", []string{"-o", "pack", "-e", "SLURM_GPU_BIND_TOPO=spread"}, []string{"default=single:2"}, "pack"},
 		{"env beats default", []string{"-e", "SLURM_GPU_BIND_TOPO=spread"}, []string{"default=pack"}, "spread"},
-		{"user off beats default", []string{"-o", "off"}, []string{"default=closest"}, ""},
+		// Issue 23: off means "as if I asked nothing"; with cpus=force that is the default
+		// with what the admin forces, so off cannot bypass force.
+		{"user off under cpus=force: the default", []string{"-o", "off"}, []string{"default=closest"}, "closest"},
+		{"user off, no default", []string{"-o", "off"}, nil, ""},
 		{"default off", nil, []string{"default=off"}, ""},
 		{"batch step", []string{"-s", "4294967291", "-o", "closest"}, nil, ""},
 		{"extern step", []string{"-s", "4294967292", "-o", "closest"}, nil, ""},
