@@ -122,7 +122,7 @@ install-plugstack-snippet:
 install-cmake:
 	@test -n "$(GPUHELPER_VERSION)" || { echo "install-cmake: no GPUHELPER_VERSION_* in lib/gpuhelper.h" >&2; exit 1; }
 	install -d $(DESTDIR)$(CMAKEDIR)
-	sed -e 's|@LIBDIR@|$(LIBDIR)|g; s|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
+	sed -e "s|@REL_LIBDIR@|$$(realpath -m --relative-to=$(CMAKEDIR) $(LIBDIR))|g; s|@REL_INCLUDEDIR@|$$(realpath -m --relative-to=$(CMAKEDIR) $(INCLUDEDIR))|g" \
 	    packaging/gpuhelperConfig.cmake.in > $(DESTDIR)$(CMAKEDIR)/gpuhelperConfig.cmake
 	sed -e 's|@VERSION@|$(GPUHELPER_VERSION)|g; s|@VERSION_MAJOR@|$(firstword $(subst ., ,$(GPUHELPER_VERSION)))|g' \
 	    packaging/gpuhelperConfigVersion.cmake.in > $(DESTDIR)$(CMAKEDIR)/gpuhelperConfigVersion.cmake

@@ -2,6 +2,7 @@ package pmixkv
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -143,5 +144,36 @@ func TestNodeIndex(t *testing.T) {
 		if ok != c.ok || (ok && (idx != c.idx || n != c.n)) {
 			t.Errorf("NodeIndex(%q, %q) = %d, %d, %v; want %d, %d, %v", c.list, c.host, idx, n, ok, c.idx, c.n, c.ok)
 		}
+	}
+}
+
+// Issue 26: facts a PMIx server does not give are derived from the others; what cannot be
+// derived is an error naming the key.
+func TestFactsInfoDerives(t *testing.T) {
+	n := func(v int) *int { return &v }
+	s := func(v string) *string { return &v }
+	full := Facts{Namespace: "ns", Rank: 3, Size: n(4), LocalSize: n(2), NumNodes: n(2), LocalRank: n(1), NodeID: n(7),
+		Hostname: s("b"), LocalPeers: s("2,3"), NodeList: s("a,b")}
+	want, err := FactsInfo(full)
+	if err != nil || want.NodeID != 1 || want.NumNodes != 2 || want.LocalRank != 1 || want.LocalSize != 2 {
+		t.Fatalf("full facts: %+v, %v", want, err)
+	}
+	lacking := full
+	lacking.LocalSize, lacking.LocalRank, lacking.NodeID, lacking.NumNodes = nil, nil, nil, nil
+	if got, err := FactsInfo(lacking); err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("without local size, local rank, node id, node count: %+v, %v; want %+v", got, err, want)
+	}
+	// One node, no peer list: every rank is local.
+	one := Facts{Namespace: "ns", Rank: 2, Size: n(3), NumNodes: n(1), Errs: map[string]error{}}
+	if got, err := FactsInfo(one); err != nil || got.LocalRank != 2 || got.LocalSize != 3 || got.NodeID != 0 || fmt.Sprint(got.LocalPeers) != "[0 1 2]" {
+		t.Errorf("one node without peers: %+v, %v", got, err)
+	}
+	// Two nodes, no peer list and no local rank: cannot be derived.
+	two := Facts{Namespace: "ns", Rank: 2, Size: n(4), NumNodes: n(2), NodeID: n(1), LocalSize: n(2), Errs: map[string]error{}}
+	if _, err := FactsInfo(two); err == nil || !strings.Contains(err.Error(), "pmix.lrank") {
+		t.Errorf("two nodes without peers or local rank: %v, want an error naming pmix.lrank", err)
+	}
+	if _, err := FactsInfo(Facts{Errs: map[string]error{}}); err == nil || !strings.Contains(err.Error(), "pmix.job.size") {
+		t.Errorf("no job size: %v", err)
 	}
 }

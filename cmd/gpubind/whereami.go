@@ -41,7 +41,9 @@ type whereReport struct {
 	NIC             string            `json:"nic"` // the RDMA NIC nearest the first visible GPU, NAME:PORT
 	Env             map[string]string `json:"env"`
 	Cgroup          []string          `json:"cgroup"` // /proc/self/cgroup, "ID:CONTROLLERS:PATH"
-	Warnings        []string          `json:"warnings"`
+	// Sources: what was read: "sysfs", and "nvml" where NVML loads in the task.
+	Sources  []string `json:"sources"`
+	Warnings []string `json:"warnings"`
 }
 
 // whereGPU is one GPU CUDA shows the process, as CUDA_VISIBLE_DEVICES resolves.
@@ -70,7 +72,12 @@ func cmdWhereami(args []string, stdout, stderr io.Writer) error {
 	if c.snapshot != "" || c.source != "" {
 		return usageError{"whereami reads the node itself: --root only"}
 	}
-	rep, err := whereami(c.root, *dev, os.LookupEnv, c.root == "" || c.root == "/")
+	self := c.root == "" || c.root == "/"
+	var nv func() (*gpubind.Topology, error)
+	if self {
+		nv = func() (*gpubind.Topology, error) { return gpubind.DiscoverNVML(gpubind.NewNVML()) }
+	}
+	rep, err := whereami(c.root, *dev, os.LookupEnv, self, nv)
 	if err != nil {
 		return err
 	}
@@ -105,8 +112,9 @@ func envInt(lookup func(string) (string, bool), names ...string) *int {
 
 // whereami reads the process's own view under root ("" is /): procfs for its affinity,
 // memory nodes and cgroups, sysfs for the GPUs and NICs, the device nodes' access for what
-// CUDA can open. self says root is the live system (get_mempolicy asks the kernel).
-func whereami(root, dev string, lookup func(string) (string, bool), self bool) (*whereReport, error) {
+// CUDA can open. self says root is the live system (get_mempolicy asks the kernel). nv, when
+// not nil, is NVML's view from inside the task, compared with what CUDA will show.
+func whereami(root, dev string, lookup func(string) (string, bool), self bool, nv func() (*gpubind.Topology, error)) (*whereReport, error) {
 	if root == "" {
 		root = "/"
 	}
@@ -120,7 +128,8 @@ func whereami(root, dev string, lookup func(string) (string, bool), self bool) (
 		procRoot = "/proc"
 	}
 	getenv := func(n string) string { v, _ := lookup(n); return v }
-	rep := &whereReport{Env: map[string]string{}, GPUs: []whereGPU{}, Warnings: []string{}, Cgroup: []string{}}
+	rep := &whereReport{Env: map[string]string{}, GPUs: []whereGPU{}, Warnings: []string{}, Cgroup: []string{},
+		Sources: []string{gpubind.BackendSysfs}}
 	rep.Host = getenv("SLURMD_NODENAME")
 	if rep.Host == "" {
 		rep.Host, _ = os.Hostname()
@@ -200,10 +209,40 @@ func whereami(root, dev string, lookup func(string) (string, bool), self bool) (
 	if len(vis) == 0 {
 		warn("no GPU is visible to CUDA (CUDA_VISIBLE_DEVICES=%q, %d GPUs can be opened)", cvd, len(usable))
 	}
+	if nv != nil {
+		checkNVML(rep, nv, vis, warn)
+	}
 	checkCPUs(rep, topo, cpus, byBus, vis, warn)
 	checkClaim(rep, getenv, vis, usable, warn)
 	checkNIC(rep, topo, byBus, vis, getenv, warn)
 	return rep, nil
+}
+
+// checkNVML compares NVML's view inside the task with the GPUs CUDA will show: NVML lists
+// the GPUs the task can open (under ConstrainDevices, numbered from 0), each with its UUID.
+// No NVML (no driver library, a container without it) is no warning.
+func checkNVML(rep *whereReport, nv func() (*gpubind.Topology, error), vis []cudavis.GPU, warn func(string, ...any)) {
+	t, err := nv()
+	if err != nil || t == nil {
+		return
+	}
+	rep.Sources = append(rep.Sources, gpubind.BackendNVML)
+	uuid := map[string]string{}
+	for _, g := range t.GPUs {
+		uuid[g.BusID] = g.UUID
+	}
+	for k, g := range vis {
+		if g.BusID == "" {
+			continue // a MIG instance: no bus id to look up
+		}
+		u, ok := uuid[g.BusID]
+		switch {
+		case !ok:
+			warn("CUDA device %d (%s) is not among the GPUs NVML lists in this task", k, g.BusID)
+		case u != "" && g.UUID != "" && !strings.EqualFold(u, g.UUID):
+			warn("CUDA device %d (%s): the driver's /proc says %s, NVML says %s", k, g.BusID, g.UUID, u)
+		}
+	}
 }
 
 // checkCPUs: the task's CPUs against its first GPU's, and across NUMA nodes.

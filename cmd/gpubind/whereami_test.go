@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpubind/gpubind/gpubind"
 	"github.com/gpubind/gpubind/tests/fixtures"
 )
 
@@ -45,9 +46,10 @@ func TestWhereamiMatches(t *testing.T) {
 		"CUDA_VISIBLE_DEVICES": "2,0,1,3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
 		"GPUBIND_PCI_BUS_IDS": "0000:3a:00.0", "GPUBIND_CUDA_DEVICES": "0",
 		"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1",
-	}), false)
+	}), false, nvmlOf(t, root, ""))
 	require.NoError(t, err)
 	assert.Empty(t, rep.Warnings)
+	assert.Equal(t, []string{"sysfs", "nvml"}, rep.Sources)
 	assert.Equal(t, "node1", rep.Host)
 	assert.Equal(t, 5, *rep.Rank)
 	assert.Equal(t, 1, *rep.LocalID)
@@ -81,7 +83,7 @@ func TestWhereamiWarns(t *testing.T) {
 		"CUDA_VISIBLE_DEVICES": "4,5", // no CUDA_DEVICE_ORDER
 		"GPUBIND_PCI_BUS_IDS":  "0000:ab:00.0", "GPUBIND_CUDA_DEVICES": "0",
 		"NCCL_IB_HCA": "=mlx5_4:1",
-	}), false)
+	}), false, nvmlOf(t, root, "0000:9a:00.0"))
 	require.NoError(t, err)
 	all := strings.Join(rep.Warnings, "\n")
 	for _, want := range []string{
@@ -91,6 +93,7 @@ func TestWhereamiWarns(t *testing.T) {
 		"the plugin says the task's GPU 0000:ab:00.0 is CUDA device 0, but CUDA device 0 is 0000:9a:00.0",
 		"NCCL_IB_HCA names mlx5_4, which is nearest to none of this node's GPUs",
 		"leaves out mlx5_2, the NIC nearest this task's GPU",
+		"CUDA device 0 (0000:9a:00.0) is not among the GPUs NVML lists in this task",
 	} {
 		assert.Contains(t, all, want)
 	}
@@ -102,4 +105,21 @@ func TestWhereamiWarns(t *testing.T) {
 	assert.Equal(t, 1, run([]string{"whereami", "--strict", "--root", root}, &out, &errb), "%s%s", &out, &errb)
 	assert.Contains(t, out.String(), "warning: the plugin says")
 	assert.Equal(t, 0, run([]string{"whereami", "--json", "--root", root}, &out, &errb), "%s", &errb)
+}
+
+// nvmlOf is an NVML view of the fixture: its GPUs (their sysfs facts), but the one with bus
+// id hide, as NVML in a task whose device cgroup denies it.
+func nvmlOf(t *testing.T, root, hide string) func() (*gpubind.Topology, error) {
+	return func() (*gpubind.Topology, error) {
+		topo, err := gpubind.DiscoverSysfs(root)
+		require.NoError(t, err)
+		var keep []gpubind.GPU
+		for _, g := range topo.GPUs {
+			if g.BusID != hide {
+				keep = append(keep, g)
+			}
+		}
+		topo.GPUs = keep
+		return topo, nil
+	}
 }

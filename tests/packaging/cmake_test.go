@@ -107,6 +107,38 @@ func TestCMakePackage(t *testing.T) {
 	}
 }
 
+// Issue 26: the config named absolute paths, so a tree installed with DESTDIR or moved was
+// refused ("/usr/lib/libgpuhelper.so.1 is missing"). A copy of the installed tree elsewhere
+// builds and runs hello against its own library.
+func TestCMakePackageMoved(t *testing.T) {
+	prefix := installTree(t)
+	moved := filepath.Join(t.TempDir(), "elsewhere")
+	if out, err := exec.Command("cp", "-a", prefix, moved).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v\n%s", err, out)
+	}
+	// The original must not be what is found: hide it.
+	if err := os.Rename(prefix, prefix+".away"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.Rename(prefix+".away", prefix); err != nil {
+			t.Error(err)
+		}
+	})
+	bin := filepath.Join(t.TempDir(), "hello-build")
+	if out, err := cmakeConfigure(t, filepath.Join(testbuild.RepoRoot(), "examples"), bin, moved); err != nil {
+		t.Fatalf("cmake configure against the moved tree: %v\n%s", err, out)
+	}
+	if out, err := exec.Command("cmake", "--build", bin).CombinedOutput(); err != nil {
+		t.Fatalf("cmake --build: %v\n%s", err, out)
+	}
+	lib := filepath.Join(moved, "lib", "libgpuhelper.so.1")
+	ldd, err := exec.Command("ldd", filepath.Join(bin, "hello")).CombinedOutput()
+	if err != nil || !strings.Contains(string(ldd), "libgpuhelper.so.1 => "+lib) {
+		t.Errorf("hello does not load %s (%v):\n%s", lib, err, ldd)
+	}
+}
+
 // A config whose library was removed reports the missing file instead of giving a target.
 func TestCMakePackageMissingLibrary(t *testing.T) {
 	prefix := installTree(t)
