@@ -167,6 +167,10 @@ type Exchanger struct {
 	// too) to every node for nothing.
 	BarrierCollect bool
 
+	// GatherFrom overrides the job size from which Allgather gathers at rank 0 (0: the
+	// package's GatherFrom).
+	GatherFrom int
+
 	mu    sync.Mutex
 	seq   uint64
 	made  map[ID]bool // every ID this process created: a repeat means NCCL_COMM_ID is in force
@@ -187,6 +191,9 @@ type coll struct {
 	own       ID
 	ownOrigin Origin
 	fenced    bool
+	// Allgather from GatherFrom ranks on: rank 0 gathered (its value in own2), the second fence
+	gathered, fenced2 bool
+	own2              []byte
 }
 
 // begin starts the collective kind (its name and arguments): the one that timed out last, if

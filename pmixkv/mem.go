@@ -20,6 +20,7 @@ type MemJob struct {
 	fenceIn   int
 	fences    int
 	collects  int
+	gets      int
 }
 
 // NewMemJob makes a job of size ranks; nodeOf(rank) gives each rank's node id (nil: one node).
@@ -79,6 +80,13 @@ func (j *MemJob) Fences() int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.fences
+}
+
+// Gets returns how many Get calls (all ranks together) the job has seen.
+func (j *MemJob) Gets() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.gets
 }
 
 // CollectingFences returns how many of the Fence calls asked to collect data.
@@ -158,6 +166,7 @@ func (m *Mem) Get(rank int, key string, timeout time.Duration) ([]byte, error) {
 		return nil, fmt.Errorf("pmixkv: Get from rank %d, expected 0..%d", rank, j.size-1)
 	}
 	j.mu.Lock()
+	j.gets++
 	j.mu.Unlock()
 	var out []byte
 	err := m.wait(timeout, fmt.Sprintf("Get(rank %d, key %s)", rank, key), func() bool {
