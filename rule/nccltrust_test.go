@@ -178,10 +178,8 @@ func TestVisibleLocalID(t *testing.T) {
 // (relative, in PCI order among the allowed).
 func TestVisibleFirstRespectsDeviceCgroup(t *testing.T) {
 	tab := planFixture(t, "dgx4nic-2cpu", "closest,visible=first", 2, "0,1,2,3")
-	for i := range tab.GPUs {
-		tab.GPUs[i].Dev = fmt.Sprintf("/dev/nvidia%d", tab.GPUs[i].Minor)
-	}
-	res := applyAll(t, tab, 2, []string{"0"}, func(L int) []string { return []string{"/dev/nvidia1"} })
+	dev := fakeDevs(t, tab)
+	res := applyAll(t, tab, 2, []string{"0"}, func(L int) []string { return []string{dev + "/nvidia1"} })
 	for L, r := range res {
 		for _, g := range r.GPUs {
 			if g == 1 {

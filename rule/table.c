@@ -1258,22 +1258,29 @@ int gb_result_restrict(const struct gb_table *t, struct gb_result *r,
 		       int (*can_open)(const char *dev), char *err,
 		       size_t errlen)
 {
-	int denied = 0, want = r->ngpus, kept = 0, numa;
+	int denied = 0, want = r->ngpus, kept = 0, numa, first_e = 0;
 
 	if (!can_open)
 		can_open = access_dev;
 	for (int i = 0; i < t->ngpus; i++) {
 		int e = t->gpus[i].dev[0] ? can_open(t->gpus[i].dev) : 0;
 
-		t->can_open[i] = !(e == EPERM || e == EACCES);
+		/* A missing node (ENOENT) cannot be opened either: CUDA
+		 * would not see that GPU inside the task. */
+		t->can_open[i] = !(e == EPERM || e == EACCES || e == ENOENT);
 		denied += !t->can_open[i];
+		if (i == 0)
+			first_e = e;
 	}
 	if (!denied || !want)
 		return 0;
 	if (denied == t->ngpus) {
 		seterr(err, errlen,
-		       "the task may open none of the step's %d GPUs (its "
-		       "device cgroup denies %s%s)", t->ngpus, t->gpus[0].dev,
+		       "the task may open none of the step's %d GPUs (%s%s%s)",
+		       t->ngpus,
+		       first_e == ENOENT ? "no device node " :
+					   "its device cgroup denies ",
+		       t->gpus[0].dev,
 		       t->ngpus > 1 ? " and the others" : "");
 		return -1;
 	}

@@ -190,7 +190,8 @@ int gb_rule_apply(const struct gb_table *t, int lid,
  * CUDA_DEVICE_ORDER=PCI_BUS_ID). can_open(dev) returns 0 when allowed,
  * else an errno; NULL asks access(2), which consults the device cgroup (v1
  * list or v2 program) without opening the device. EPERM/EACCES mean
- * denied; other errors mean unknown and count as allowed. GPUs the rule
+ * denied, ENOENT (no such device node) means the task cannot open it
+ * either; other errors mean unknown and count as allowed. GPUs the rule
  * chose that the task cannot open are replaced by ones it can, same NUMA
  * node first. Returns 0, or -1 (err set) when the task can open none.
  */
