@@ -13,7 +13,7 @@ type PlanInput struct {
 	Step   *Step
 	Tasks  int
 	Option Option
-	Mode   string // enforce (default) or optional
+	Mode   Mode
 	// Rails are the admin's RDMA devices for NCCL and UCX (plugstack nics=); nil: the
 	// NICs closest to the step's GPUs.
 	Rails []string
@@ -27,12 +27,8 @@ func BuildTable(in PlanInput) (*Table, error) {
 	if in.Tasks < 0 || in.Tasks > MaxTableTasks {
 		return nil, fmt.Errorf("%d local tasks: want 0..%d", in.Tasks, MaxTableTasks)
 	}
-	mode := in.Mode
-	if mode == "" {
-		mode = ModeEnforce
-	}
 	tab := &Table{
-		Status: StatusOK, Mode: mode, Flags: o.Flags, Rule: RuleTable,
+		Status: StatusOK, Mode: in.Mode, Flags: o.Flags, Rule: RuleTable,
 		Share: 1, PerTask: 1, NTasks: in.Tasks, NUMAGPUs: map[int][]int{},
 	}
 	tab.Messages = append(tab.Messages, st.Notes...)
