@@ -181,22 +181,24 @@ func (o Option) String() string {
 }
 
 // policyDefs is the one list of the policies, in the order the help text and the error
-// messages give them: the parser accepts exactly these names.
+// messages give them: the parser accepts exactly these names, and BuildTable plans each
+// through its plan function (nil: the policy does not plan).
 var policyDefs = []struct {
 	name string
 	arg  string // what follows "name:", "" for none
 	help string
+	plan func(*planner) error
 }{
 	{PolicyClosest, "", `(default) the GPU on the NUMA node of the task's CPUs; without a CPU
-binding, spread tasks evenly over NUMA nodes and GPUs (GPU-first)`},
-	{PolicyPack, "", "fill groups of GPUs joined by the best links (NVLink, PCIe switch) first"},
-	{PolicySpread, "", "spread tasks over NUMA nodes and PCIe switches as far apart as possible"},
+binding, spread tasks evenly over NUMA nodes and GPUs (GPU-first)`, planClosest},
+	{PolicyPack, "", "fill groups of GPUs joined by the best links (NVLink, PCIe switch) first", planPack},
+	{PolicySpread, "", "spread tasks over NUMA nodes and PCIe switches as far apart as possible", planSpread},
 	{PolicyMap, "LIST", `explicit GPU per task, Slurm map_gpu style: GRES indices (as in
 SLURM_STEP_GPUS / --gpu-bind=map_gpu) or GPU-/MIG- UUIDs; 0*4 repeats,
-the list is reused when tasks outnumber it (map:0,1,2*2)`},
-	{PolicyPerTask, "N", "the N best-connected GPUs per task"},
-	{PolicySingle, "N", "N tasks share one GPU"},
-	{PolicyOff, "", "do nothing"},
+the list is reused when tasks outnumber it (map:0,1,2*2)`, planMap},
+	{PolicyPerTask, "N", "the N best-connected GPUs per task", planPerTask},
+	{PolicySingle, "N", "N tasks share one GPU", planSingle},
+	{PolicyOff, "", "do nothing", nil},
 }
 
 func isPolicy(name string) bool {

@@ -59,8 +59,8 @@ func BuildTable(in PlanInput) (*Table, error) {
 		tab.Near = nearOrder(t, st)
 	}
 	tab.addFabric(t, st, "")
-	switch o.Policy {
-	case PolicyOff, PolicyHelp:
+	plan := policyPlan(o.Policy)
+	if plan == nil {
 		return nil, fmt.Errorf("policy %q does not plan", o.Policy)
 	}
 	if G == 0 {
@@ -74,95 +74,23 @@ func BuildTable(in PlanInput) (*Table, error) {
 		}
 		return tab, nil
 	}
-	ids := make([]int, G)
-	for i := range ids {
-		ids[i] = i
-	}
-	link := func(a, b int) Link {
-		if st.GPUs[a].Topo == st.GPUs[b].Topo {
-			return Link{Class: ClassSelf}
-		}
-		return t.GPULink(st.GPUs[a].Topo, st.GPUs[b].Topo)
-	}
-	numaOf := func(id int) int { return t.GPUs[st.GPUs[id].Topo].NUMA }
-	pack := packOrder(ids, link)
-	assign := make([][]int, in.Tasks)
-	switch o.Policy {
-	case PolicyClosest:
-		tab.Rule = RuleNUMA
-		for L, id := range gpuFirst(ids, numaOf, in.Tasks) {
-			assign[L] = []int{id}
-		}
-		tab.Fallback = ids
-	case PolicySingle:
-		tab.Rule, tab.Share = RuleNUMA, o.N
-		need := (in.Tasks + o.N - 1) / o.N
-		if need > G {
-			return nil, fmt.Errorf("single:%d with %d tasks needs %d GPUs, but the step has %d on this node", o.N, in.Tasks, need, G)
-		}
-		virt := gpuFirst(ids, numaOf, need)
-		for L := range assign {
-			assign[L] = []int{virt[L/o.N]}
-		}
-		tab.Fallback = ids
-	case PolicyPerTask:
-		tab.Rule, tab.PerTask = RuleNUMA, o.N
-		if o.N > G {
-			return nil, fmt.Errorf("per-task:%d asks %d GPUs per task, but the step has %d on this node", o.N, o.N, G)
-		}
-		if in.Tasks*o.N > G {
-			return nil, fmt.Errorf("per-task:%d with %d tasks needs %d GPUs, but the step has %d on this node", o.N, in.Tasks, in.Tasks*o.N, G)
-		}
-		groups := G / o.N
-		for L := range assign {
-			g := L % groups
-			assign[L] = append([]int(nil), pack[g*o.N:(g+1)*o.N]...)
-		}
-		tab.Fallback = pack
-	case PolicyPack:
-		for L := range assign {
-			assign[L] = []int{pack[blockIndex(L, in.Tasks, G)]}
-		}
-		tab.Fallback = pack
-	case PolicySpread:
-		sp := spreadOrder(ids, numaOf, func(id int) string { return switchKey(t.GPUs[st.GPUs[id].Topo].PCIPath) })
-		for L := range assign {
-			assign[L] = []int{sp[L%G]}
-		}
-		tab.Fallback = sp
-	case PolicyMap:
-		mapped := make([]int, len(o.Map))
-		for i, e := range o.Map {
-			id, err := mapEntry(t, st, e)
-			if err != nil {
-				return nil, err
-			}
-			mapped[i] = id
-		}
-		for L := range assign {
-			assign[L] = []int{mapped[L%len(mapped)]}
-		}
-		tab.Fallback = ids
-	default:
-		return nil, fmt.Errorf("unknown policy %q", o.Policy)
+	p := newPlanner(in, tab)
+	if err := plan(p); err != nil {
+		return nil, err
 	}
 	// numagpus: per NUMA node the step GPUs, best first (pack order for per-task).
-	order := ids
-	if o.Policy == PolicyPerTask {
-		order = pack
-	}
 	for _, n := range t.NUMA {
 		tab.NUMAGPUs[n.ID] = nil
 	}
-	for _, id := range order {
+	for _, id := range p.numaOrder {
 		// Only nodes with a numa line: the rule can only pick those.
-		if n := numaOf(id); n >= 0 {
+		if n := p.numaOf(id); n >= 0 {
 			if _, listed := tab.NUMAGPUs[n]; listed {
 				tab.NUMAGPUs[n] = append(tab.NUMAGPUs[n], id)
 			}
 		}
 	}
-	for L, a := range assign {
+	for L, a := range p.assign {
 		k := TableTask{Local: L, GPUs: a}
 		if o.Flags.CPUs {
 			k.CPUs = gpuCPUs(t, st, a)
@@ -173,6 +101,128 @@ func BuildTable(in PlanInput) (*Table, error) {
 		tab.Messages = append(tab.Messages, strconv.Itoa(in.Tasks)+" tasks share "+strconv.Itoa(G)+" GPUs")
 	}
 	return tab, nil
+}
+
+// planner is what a policy's plan function reads and fills: the step's GPUs (ids, by
+// table id, and pack, in pack order), and per task its GPUs (assign), the table's rule
+// fields and fallback, and the order of the numagpus lists (numaOrder).
+type planner struct {
+	in        PlanInput
+	tab       *Table
+	ids       []int // 0..G-1
+	pack      []int // ids in pack order
+	numaOf    func(id int) int
+	assign    [][]int // per task, its GPUs (table ids)
+	numaOrder []int   // the order of the GPUs in the numagpus lists, ids unless set
+}
+
+func newPlanner(in PlanInput, tab *Table) *planner {
+	t, st := in.Topo, in.Step
+	ids := make([]int, len(st.GPUs))
+	for i := range ids {
+		ids[i] = i
+	}
+	link := func(a, b int) Link {
+		if st.GPUs[a].Topo == st.GPUs[b].Topo {
+			return Link{Class: ClassSelf}
+		}
+		return t.GPULink(st.GPUs[a].Topo, st.GPUs[b].Topo)
+	}
+	return &planner{
+		in: in, tab: tab, ids: ids, pack: packOrder(ids, link),
+		numaOf:    func(id int) int { return t.GPUs[st.GPUs[id].Topo].NUMA },
+		assign:    make([][]int, in.Tasks),
+		numaOrder: ids,
+	}
+}
+
+// policyPlan is the plan function of the policy name, nil for one that does not plan
+// (off, help) or no policy.
+func policyPlan(name string) func(*planner) error {
+	for _, d := range policyDefs {
+		if d.name == name {
+			return d.plan
+		}
+	}
+	return nil
+}
+
+func planClosest(p *planner) error {
+	p.tab.Rule = RuleNUMA
+	for L, id := range gpuFirst(p.ids, p.numaOf, p.in.Tasks) {
+		p.assign[L] = []int{id}
+	}
+	p.tab.Fallback = p.ids
+	return nil
+}
+
+func planSingle(p *planner) error {
+	n, tasks, G := p.in.Option.N, p.in.Tasks, len(p.ids)
+	p.tab.Rule, p.tab.Share = RuleNUMA, n
+	need := (tasks + n - 1) / n
+	if need > G {
+		return fmt.Errorf("single:%d with %d tasks needs %d GPUs, but the step has %d on this node", n, tasks, need, G)
+	}
+	virt := gpuFirst(p.ids, p.numaOf, need)
+	for L := range p.assign {
+		p.assign[L] = []int{virt[L/n]}
+	}
+	p.tab.Fallback = p.ids
+	return nil
+}
+
+func planPerTask(p *planner) error {
+	n, tasks, G := p.in.Option.N, p.in.Tasks, len(p.ids)
+	p.tab.Rule, p.tab.PerTask = RuleNUMA, n
+	if n > G {
+		return fmt.Errorf("per-task:%d asks %d GPUs per task, but the step has %d on this node", n, n, G)
+	}
+	if tasks*n > G {
+		return fmt.Errorf("per-task:%d with %d tasks needs %d GPUs, but the step has %d on this node", n, tasks, tasks*n, G)
+	}
+	groups := G / n
+	for L := range p.assign {
+		g := L % groups
+		p.assign[L] = append([]int(nil), p.pack[g*n:(g+1)*n]...)
+	}
+	p.tab.Fallback = p.pack
+	p.numaOrder = p.pack
+	return nil
+}
+
+func planPack(p *planner) error {
+	for L := range p.assign {
+		p.assign[L] = []int{p.pack[blockIndex(L, p.in.Tasks, len(p.ids))]}
+	}
+	p.tab.Fallback = p.pack
+	return nil
+}
+
+func planSpread(p *planner) error {
+	t, st := p.in.Topo, p.in.Step
+	sp := spreadOrder(p.ids, p.numaOf, func(id int) string { return switchKey(t.GPUs[st.GPUs[id].Topo].PCIPath) })
+	for L := range p.assign {
+		p.assign[L] = []int{sp[L%len(sp)]}
+	}
+	p.tab.Fallback = sp
+	return nil
+}
+
+func planMap(p *planner) error {
+	entries := p.in.Option.Map
+	mapped := make([]int, len(entries))
+	for i, e := range entries {
+		id, err := mapEntry(p.in.Topo, p.in.Step, e)
+		if err != nil {
+			return err
+		}
+		mapped[i] = id
+	}
+	for L := range p.assign {
+		p.assign[L] = []int{mapped[L%len(mapped)]}
+	}
+	p.tab.Fallback = p.ids
+	return nil
 }
 
 // gpuCPUs is the CPU list of the NUMA nodes of the GPUs (their local CPUs when the

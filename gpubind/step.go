@@ -137,156 +137,226 @@ func ResolveStep(t *Topology, env StepEnv, gm *GresMap, num Numbering) (*Step, e
 		// GPUs that has none (--gres=none, --gpus=0) must not take the job's, which
 		// belong to its sibling steps.
 		st.Notes = append(st.Notes, fmt.Sprintf("the job has GPUs (SLURM_JOB_GPUS=%s) but this step has none (no SLURM_STEP_GPUS)", *env.JobGPUs))
-		if num == NumberingAuto {
-			st.Numbering = NumberingGlobal
-		}
+		st.defaultGlobal()
 		return st, nil
 	}
 	if slurmList == nil && env.CudaVisible == nil && gm.Managed {
 		st.Notes = append(st.Notes, fmt.Sprintf("Slurm manages this node's GPUs (%s) and gave this step none (no SLURM_STEP_GPUS, no CUDA_VISIBLE_DEVICES)", gm.Source))
-		if num == NumberingAuto {
-			st.Numbering = NumberingGlobal
-		}
+		st.defaultGlobal()
 		return st, nil
 	}
-	var cvd []listItem
+	r := &stepResolver{t: t, gm: gm, st: st}
 	if env.CudaVisible != nil {
-		var err error
-		if cvd, err = ParseGPUList("CUDA_VISIBLE_DEVICES", *env.CudaVisible); err != nil {
+		if err := r.parseCUDAVisible(*env.CudaVisible); err != nil {
 			return nil, err
 		}
 	}
-	cvdUUIDs := len(cvd) > 0 && cvd[0].uuid != ""
-	for _, it := range cvd {
-		if (it.uuid != "") != cvdUUIDs {
-			return nil, fmt.Errorf("CUDA_VISIBLE_DEVICES=%q mixes indices and UUIDs", *env.CudaVisible)
-		}
-	}
-	type pick struct {
-		topo int
-		mig  *MIGDevice
-		gres int
-	}
-	var picks []pick
-	addUUID := func(what, u string) error {
-		i, mig := findUUID(t, u)
-		if i < 0 {
-			return fmt.Errorf("%s names %s, which is not a GPU or MIG instance of this node's topology", what, u)
-		}
-		picks = append(picks, pick{topo: i, mig: mig, gres: -1})
-		return nil
-	}
-	addGres := func(what string, n int) error {
-		if gm.Assumed {
-			st.Unknown = true
-		}
-		if n >= len(gm.GPUs) {
-			return fmt.Errorf("%s names GPU %d, but this node has GRES indices 0..%d (%s); the topology lacks a GPU Slurm allocated", what, n, len(gm.GPUs)-1, gm.Source)
-		}
-		picks = append(picks, pick{topo: gm.GPUs[n], gres: n})
-		return nil
-	}
+	var err error
 	switch {
 	case slurmList != nil:
-		items, err := ParseGPUList(slurmName, *slurmList)
-		if err != nil {
-			return nil, err
-		}
-		for _, it := range items {
-			if it.uuid != "" {
-				err = addUUID(slurmName, it.uuid)
-			} else {
-				err = addGres(slurmName, it.num)
-			}
-			if err != nil {
-				return nil, err
-			}
-		}
-		if gm.Assumed && len(items) > 0 && items[0].uuid == "" {
-			st.Notes = append(st.Notes, fmt.Sprintf("GRES indices of %s assumed to be in PCI order (AutoDetect=nvml): %s", slurmName, gm.Source))
-		}
-		if cvdUUIDs {
-			// Slurm 25.11 may hand out GPU- UUIDs, and MIG slices are named by MIG- UUIDs:
-			// they identify the devices, and must lie on the GPUs Slurm allocated.
-			if len(cvd) != len(items) {
-				return nil, fmt.Errorf("CUDA_VISIBLE_DEVICES=%q has %d entries but %s=%q has %d", *env.CudaVisible, len(cvd), slurmName, *slurmList, len(items))
-			}
-			gresOf := map[int]int{}
-			for _, p := range picks {
-				gresOf[p.topo] = p.gres
-			}
-			picks = nil
-			for _, it := range cvd {
-				if err := addUUID("CUDA_VISIBLE_DEVICES", it.uuid); err != nil {
-					return nil, err
-				}
-				last := &picks[len(picks)-1]
-				g, ok := gresOf[last.topo]
-				if !ok && !gm.Assumed {
-					return nil, fmt.Errorf("CUDA_VISIBLE_DEVICES names %s, which is not on a GPU of %s=%q", it.uuid, slurmName, *slurmList)
-				}
-				if ok && last.mig == nil {
-					last.gres = g
-				}
-			}
-		} else if num == NumberingAuto {
-			st.Numbering = NumberingGlobal
-			if len(cvd) == len(items) && len(cvd) > 0 && isIota(cvd) && !sameNums(cvd, items) {
-				st.Numbering = NumberingRelative
-			} else if len(cvd) > 0 && !sameNums(cvd, items) {
-				st.Notes = append(st.Notes, fmt.Sprintf("CUDA_VISIBLE_DEVICES=%q matches neither %s=%q nor 0..%d; using %s", *env.CudaVisible, slurmName, *slurmList, len(items)-1, slurmName))
-			}
-		}
-	case len(cvd) > 0:
-		for _, it := range cvd {
-			var err error
-			if it.uuid != "" {
-				err = addUUID("CUDA_VISIBLE_DEVICES", it.uuid)
-			} else if it.num < len(t.GPUs) {
-				picks = append(picks, pick{topo: it.num, gres: -1})
-			} else {
-				err = fmt.Errorf("CUDA_VISIBLE_DEVICES=%q names GPU %d, but this node has %d GPUs", *env.CudaVisible, it.num, len(t.GPUs))
-			}
-			if err != nil {
-				return nil, err
-			}
-		}
-		if !cvdUUIDs {
-			st.Notes = append(st.Notes, "SLURM_STEP_GPUS unset: CUDA_VISIBLE_DEVICES taken as NVML (PCI order) indices")
-		}
-		if num == NumberingAuto {
-			st.Numbering = NumberingGlobal
-		}
+		err = r.fromSlurm(slurmName, *slurmList)
+	case len(r.cvd) > 0:
+		err = r.fromCUDAVisible()
 	default:
-		gresOf := map[int]int{}
-		for n, i := range gm.GPUs {
-			gresOf[i] = n
-		}
-		for i := range t.GPUs {
-			g, ok := gresOf[i]
-			if !ok {
-				g = -1
-			}
-			picks = append(picks, pick{topo: i, gres: g})
-		}
-		if num == NumberingAuto {
-			st.Numbering = NumberingGlobal
-		}
-		if len(t.GPUs) > 0 {
-			st.Notes = append(st.Notes, "no SLURM_STEP_GPUS/SLURM_JOB_GPUS/CUDA_VISIBLE_DEVICES: the step may use all GPUs of the node")
+		r.wholeNode()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := r.collect(); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// defaultGlobal turns NumberingAuto into NumberingGlobal, for the sources that give no
+// reason to think the tasks number their GPUs from 0.
+func (st *Step) defaultGlobal() {
+	if st.Numbering == NumberingAuto {
+		st.Numbering = NumberingGlobal
+	}
+}
+
+// pick is one GPU or MIG instance chosen for the step, before sorting.
+type pick struct {
+	topo int
+	mig  *MIGDevice
+	gres int
+}
+
+// stepResolver holds what ResolveStep's sources share: the node, the parsed
+// CUDA_VISIBLE_DEVICES, and the picks so far.
+type stepResolver struct {
+	t        *Topology
+	gm       *GresMap
+	st       *Step
+	cvdText  string     // CUDA_VISIBLE_DEVICES as set
+	cvd      []listItem // CUDA_VISIBLE_DEVICES parsed, nil when unset or empty
+	cvdUUIDs bool       // CUDA_VISIBLE_DEVICES names UUIDs (never mixed with indices)
+	picks    []pick
+}
+
+func (r *stepResolver) parseCUDAVisible(s string) error {
+	cvd, err := ParseGPUList("CUDA_VISIBLE_DEVICES", s)
+	if err != nil {
+		return err
+	}
+	r.cvdText, r.cvd = s, cvd
+	r.cvdUUIDs = len(cvd) > 0 && cvd[0].uuid != ""
+	for _, it := range cvd {
+		if (it.uuid != "") != r.cvdUUIDs {
+			return fmt.Errorf("CUDA_VISIBLE_DEVICES=%q mixes indices and UUIDs", s)
 		}
 	}
+	return nil
+}
+
+func (r *stepResolver) addUUID(what, u string) error {
+	i, mig := findUUID(r.t, u)
+	if i < 0 {
+		return fmt.Errorf("%s names %s, which is not a GPU or MIG instance of this node's topology", what, u)
+	}
+	r.picks = append(r.picks, pick{topo: i, mig: mig, gres: -1})
+	return nil
+}
+
+func (r *stepResolver) addGres(what string, n int) error {
+	gm := r.gm
+	if gm.Assumed {
+		r.st.Unknown = true
+	}
+	if n >= len(gm.GPUs) {
+		return fmt.Errorf("%s names GPU %d, but this node has GRES indices 0..%d (%s); the topology lacks a GPU Slurm allocated", what, n, len(gm.GPUs)-1, gm.Source)
+	}
+	r.picks = append(r.picks, pick{topo: gm.GPUs[n], gres: n})
+	return nil
+}
+
+// fromSlurm takes the step's GPUs from Slurm's list (name=list): GRES indices through
+// the GRES map, UUIDs directly. A UUID CUDA_VISIBLE_DEVICES then names the devices
+// (MIG slices, or Slurm 25.11's GPU- UUIDs); an index one decides the numbering.
+func (r *stepResolver) fromSlurm(name, list string) error {
+	gm, st := r.gm, r.st
+	items, err := ParseGPUList(name, list)
+	if err != nil {
+		return err
+	}
+	for _, it := range items {
+		if it.uuid != "" {
+			err = r.addUUID(name, it.uuid)
+		} else {
+			err = r.addGres(name, it.num)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if gm.Assumed && len(items) > 0 && items[0].uuid == "" {
+		st.Notes = append(st.Notes, fmt.Sprintf("GRES indices of %s assumed to be in PCI order (AutoDetect=nvml): %s", name, gm.Source))
+	}
+	if r.cvdUUIDs {
+		return r.uuidsOnSlurmGPUs(name, list, len(items))
+	}
+	if st.Numbering == NumberingAuto {
+		cvd := r.cvd
+		st.Numbering = NumberingGlobal
+		if len(cvd) == len(items) && len(cvd) > 0 && isIota(cvd) && !sameNums(cvd, items) {
+			st.Numbering = NumberingRelative
+		} else if len(cvd) > 0 && !sameNums(cvd, items) {
+			st.Notes = append(st.Notes, fmt.Sprintf("CUDA_VISIBLE_DEVICES=%q matches neither %s=%q nor 0..%d; using %s", r.cvdText, name, list, len(items)-1, name))
+		}
+	}
+	return nil
+}
+
+// uuidsOnSlurmGPUs replaces the picks from Slurm's list (name=list, n entries) by the
+// UUIDs of CUDA_VISIBLE_DEVICES. Slurm 25.11 may hand out GPU- UUIDs, and MIG slices are
+// named by MIG- UUIDs: they identify the devices, and must lie on the GPUs Slurm
+// allocated.
+func (r *stepResolver) uuidsOnSlurmGPUs(name, list string, n int) error {
+	if len(r.cvd) != n {
+		return fmt.Errorf("CUDA_VISIBLE_DEVICES=%q has %d entries but %s=%q has %d", r.cvdText, len(r.cvd), name, list, n)
+	}
+	gresOf := map[int]int{}
+	for _, p := range r.picks {
+		gresOf[p.topo] = p.gres
+	}
+	r.picks = nil
+	for _, it := range r.cvd {
+		if err := r.addUUID("CUDA_VISIBLE_DEVICES", it.uuid); err != nil {
+			return err
+		}
+		last := &r.picks[len(r.picks)-1]
+		g, ok := gresOf[last.topo]
+		if !ok && !r.gm.Assumed {
+			return fmt.Errorf("CUDA_VISIBLE_DEVICES names %s, which is not on a GPU of %s=%q", it.uuid, name, list)
+		}
+		if ok && last.mig == nil {
+			last.gres = g
+		}
+	}
+	return nil
+}
+
+// fromCUDAVisible takes the step's GPUs from CUDA_VISIBLE_DEVICES alone (Slurm set no
+// list): UUIDs, or NVML indices.
+func (r *stepResolver) fromCUDAVisible() error {
+	t := r.t
+	for _, it := range r.cvd {
+		var err error
+		if it.uuid != "" {
+			err = r.addUUID("CUDA_VISIBLE_DEVICES", it.uuid)
+		} else if it.num < len(t.GPUs) {
+			r.picks = append(r.picks, pick{topo: it.num, gres: -1})
+		} else {
+			err = fmt.Errorf("CUDA_VISIBLE_DEVICES=%q names GPU %d, but this node has %d GPUs", r.cvdText, it.num, len(t.GPUs))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if !r.cvdUUIDs {
+		r.st.Notes = append(r.st.Notes, "SLURM_STEP_GPUS unset: CUDA_VISIBLE_DEVICES taken as NVML (PCI order) indices")
+	}
+	r.st.defaultGlobal()
+	return nil
+}
+
+// wholeNode gives the step every GPU of the node (no list at all, and Slurm does not
+// manage the node's GPUs).
+func (r *stepResolver) wholeNode() {
+	gresOf := map[int]int{}
+	for n, i := range r.gm.GPUs {
+		gresOf[i] = n
+	}
+	for i := range r.t.GPUs {
+		g, ok := gresOf[i]
+		if !ok {
+			g = -1
+		}
+		r.picks = append(r.picks, pick{topo: i, gres: g})
+	}
+	r.st.defaultGlobal()
+	if len(r.t.GPUs) > 0 {
+		r.st.Notes = append(r.st.Notes, "no SLURM_STEP_GPUS/SLURM_JOB_GPUS/CUDA_VISIBLE_DEVICES: the step may use all GPUs of the node")
+	}
+}
+
+// collect turns the picks into the step's GPUs: each once, sorted by bus id (then MIG
+// GI/CI), each with its device node and the value the task will see.
+func (r *stepResolver) collect() error {
+	t, gm, st := r.t, r.gm, r.st
 	seen := map[string]bool{}
-	for _, p := range picks {
+	for _, p := range r.picks {
 		key := t.GPUs[p.topo].BusID
 		if p.mig != nil {
 			key = p.mig.UUID
 		}
 		if seen[key] {
 			if len(t.GPUs[p.topo].MIG) > 0 {
-				return nil, fmt.Errorf("the step's GPU list names %s twice: it is a MIG GPU, and its slices need MIG- UUIDs in CUDA_VISIBLE_DEVICES", key)
+				return fmt.Errorf("the step's GPU list names %s twice: it is a MIG GPU, and its slices need MIG- UUIDs in CUDA_VISIBLE_DEVICES", key)
 			}
-			return nil, fmt.Errorf("the step's GPU list names %s twice", key)
+			return fmt.Errorf("the step's GPU list names %s twice", key)
 		}
 		seen[key] = true
 		sg := StepGPU{Topo: p.topo, MIG: p.mig, Gres: p.gres}
@@ -317,7 +387,7 @@ func ResolveStep(t *Topology, env StepEnv, gm *GresMap, num Numbering) (*Step, e
 		switch {
 		case g.MIG != nil:
 			g.Visible = g.MIG.UUID
-		case cvdUUIDs && t.GPUs[g.Topo].UUID != "":
+		case r.cvdUUIDs && t.GPUs[g.Topo].UUID != "":
 			g.Visible = t.GPUs[g.Topo].UUID
 		case st.Numbering == NumberingRelative:
 			g.Visible = strconv.Itoa(rel)
@@ -326,7 +396,7 @@ func ResolveStep(t *Topology, env StepEnv, gm *GresMap, num Numbering) (*Step, e
 			g.Visible = strconv.Itoa(t.GPUs[g.Topo].Index)
 		}
 	}
-	return st, nil
+	return nil
 }
 
 func isIota(items []listItem) bool {

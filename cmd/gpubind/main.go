@@ -201,83 +201,20 @@ type jsonTask struct {
 }
 
 func cmdPlan(args []string, stdout, stderr io.Writer) error {
-	var c common
-	fs := newFlags("plan", stderr, &c)
-	tasks := fs.Int("tasks", -1, "number of local tasks (required)")
-	gpus := fs.String("gpus", "", "the step's GPUs as SLURM_STEP_GPUS holds them: GRES indices or GPU-/MIG- UUIDs (default: all)")
-	taskCPUs := fs.String("task-cpus", "", "each task's CPU list, separated by ';' (as SLURM_CPU_BIND_LIST would bind them)")
-	stepCPUs := fs.String("step-cpus", "", "the step's CPUs (its cpuset), a CPU list (default: the whole node)")
-	policy := fs.String("policy", "closest", "POLICY[,FLAGS] as --gpu-bind-topo takes it")
-	slurmConf := fs.String("slurm-conf", "", "plan as a node whose SLURM_CONF is FILE: numbering from it and cgroup.conf, gres.conf next to it")
-	gresConf := fs.String("gres-conf", "", "gres.conf giving the GRES order, as the plugin's gres_conf= (default: next to --slurm-conf, else PCI order)")
-	node := fs.String("node", "", "node name for gres.conf NodeName= lines (default the short host name, as on a node)")
-	nics := fs.String("nics", "", "the admin's RDMA rails, as plugstack nics= gives them (mlx5_0,mlx5_3)")
-	numbering := fs.String("numbering", "global", "global (tasks see all GPUs) or relative (ConstrainDevices); default from --slurm-conf")
-	table := fs.Bool("table", false, "print the protocol v1 decision table")
-	if err := parse(fs, args); err != nil {
+	a, err := parsePlanArgs(args, stderr)
+	if err != nil {
 		return err
 	}
-	if *tasks < 0 {
-		return usageError{"plan needs --tasks N"}
-	}
-	if *tasks > gpubind.MaxTableTasks {
-		return usageError{fmt.Sprintf("--tasks %d: at most %d", *tasks, gpubind.MaxTableTasks)}
-	}
-	var num gpubind.Numbering
-	switch *numbering {
-	case "global":
-		num = gpubind.NumberingGlobal
-	case "relative":
-		num = gpubind.NumberingRelative
-	default:
-		return usageError{fmt.Sprintf("--numbering %q: want global or relative", *numbering)}
-	}
-	if *stepCPUs != "" {
-		if s, err := gpubind.ParseCPUList(*stepCPUs); err != nil || s.IsEmpty() {
-			return usageError{fmt.Sprintf("--step-cpus %q: want a non-empty CPU list such as 0-3,8", *stepCPUs)}
-		}
-	}
-	numberingGiven := false
-	fs.Visit(func(f *flag.Flag) { numberingGiven = numberingGiven || f.Name == "numbering" })
-	var masks []gpubind.CPUSet
-	if *taskCPUs != "" {
-		parts := strings.Split(*taskCPUs, ";")
-		if len(parts) != *tasks {
-			return usageError{fmt.Sprintf("--task-cpus %q has %d entries, want one per task (%d)", *taskCPUs, len(parts), *tasks)}
-		}
-		for i, p := range parts {
-			s, err := gpubind.ParseCPUList(p)
-			if err != nil || s.IsEmpty() {
-				return usageError{fmt.Sprintf("--task-cpus entry %d %q: want a non-empty CPU list such as 0-3,8", i, p)}
-			}
-			masks = append(masks, s)
-		}
-	}
-	topo, notes, err := c.discover()
+	topo, notes, err := a.c.discover()
 	if err != nil {
 		return err
 	}
 	for _, n := range notes {
 		fmt.Fprintf(stderr, "gpubind: note: %s\n", n)
 	}
-	req := gpubind.PlanRequest{Topo: topo, Tasks: *tasks, Option: *policy, Numbering: num,
-		Gres: &gpubind.GresConf{AutoDetect: "nvml"}, GresFrom: "(none: PCI order)"}
-	if req.Rails, err = gpubind.ParseRails(*nics); err != nil {
-		return usageError{"--" + err.Error()}
-	}
-	if err := planConf(&req, *slurmConf, *gresConf, *node, numberingGiven); err != nil {
+	req, err := a.request(topo)
+	if err != nil {
 		return err
-	}
-	if *gpus == "" {
-		// Default: the whole node, as GRES indices 0..n-1 (quietly, unlike the engine).
-		var all []string
-		for i := range topo.GPUs {
-			all = append(all, strconv.Itoa(i))
-		}
-		*gpus = strings.Join(all, ",")
-	}
-	if *gpus != "" {
-		req.Env.StepGPUs = gpus
 	}
 	tab, err := gpubind.Plan(req)
 	if err != nil {
@@ -286,15 +223,132 @@ func cmdPlan(args []string, stdout, stderr io.Writer) error {
 	for _, m := range tab.Messages {
 		fmt.Fprintf(stderr, "gpubind: %s: %s\n", tab.Status, m)
 	}
-	if *table {
+	if a.table {
 		return tab.Encode(stdout)
 	}
-	// Each task's answer comes from the rule the front end applies, run here through cgo.
+	out, text, err := a.applyRule(tab, stderr)
+	if err != nil {
+		return err
+	}
+	if a.c.json {
+		if out == nil {
+			out = []jsonTask{}
+		}
+		b, err := json.MarshalIndent(map[string]any{"tasks": out}, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "%s\n", b)
+		return err
+	}
+	_, err = io.WriteString(stdout, text)
+	return err
+}
+
+// planArgs are gpubind plan's arguments, checked.
+type planArgs struct {
+	c        common
+	tasks    int               // --tasks
+	gpus     string            // --gpus, "" the whole node
+	stepCPUs string            // --step-cpus
+	policy   string            // --policy
+	num      gpubind.Numbering // --numbering
+	// numberingGiven: --numbering was given, so --slurm-conf does not decide it.
+	numberingGiven            bool
+	masks                     []gpubind.CPUSet // --task-cpus, nil when not given
+	nics                      string           // --nics
+	table                     bool             // --table
+	slurmConf, gresConf, node string
+}
+
+func parsePlanArgs(args []string, stderr io.Writer) (*planArgs, error) {
+	a := &planArgs{}
+	fs := newFlags("plan", stderr, &a.c)
+	fs.IntVar(&a.tasks, "tasks", -1, "number of local tasks (required)")
+	fs.StringVar(&a.gpus, "gpus", "", "the step's GPUs as SLURM_STEP_GPUS holds them: GRES indices or GPU-/MIG- UUIDs (default: all)")
+	taskCPUs := fs.String("task-cpus", "", "each task's CPU list, separated by ';' (as SLURM_CPU_BIND_LIST would bind them)")
+	fs.StringVar(&a.stepCPUs, "step-cpus", "", "the step's CPUs (its cpuset), a CPU list (default: the whole node)")
+	fs.StringVar(&a.policy, "policy", "closest", "POLICY[,FLAGS] as --gpu-bind-topo takes it")
+	fs.StringVar(&a.slurmConf, "slurm-conf", "", "plan as a node whose SLURM_CONF is FILE: numbering from it and cgroup.conf, gres.conf next to it")
+	fs.StringVar(&a.gresConf, "gres-conf", "", "gres.conf giving the GRES order, as the plugin's gres_conf= (default: next to --slurm-conf, else PCI order)")
+	fs.StringVar(&a.node, "node", "", "node name for gres.conf NodeName= lines (default the short host name, as on a node)")
+	fs.StringVar(&a.nics, "nics", "", "the admin's RDMA rails, as plugstack nics= gives them (mlx5_0,mlx5_3)")
+	numbering := fs.String("numbering", "global", "global (tasks see all GPUs) or relative (ConstrainDevices); default from --slurm-conf")
+	fs.BoolVar(&a.table, "table", false, "print the protocol v1 decision table")
+	if err := parse(fs, args); err != nil {
+		return nil, err
+	}
+	if a.tasks < 0 {
+		return nil, usageError{"plan needs --tasks N"}
+	}
+	if a.tasks > gpubind.MaxTableTasks {
+		return nil, usageError{fmt.Sprintf("--tasks %d: at most %d", a.tasks, gpubind.MaxTableTasks)}
+	}
+	switch *numbering {
+	case "global":
+		a.num = gpubind.NumberingGlobal
+	case "relative":
+		a.num = gpubind.NumberingRelative
+	default:
+		return nil, usageError{fmt.Sprintf("--numbering %q: want global or relative", *numbering)}
+	}
+	if a.stepCPUs != "" {
+		if s, err := gpubind.ParseCPUList(a.stepCPUs); err != nil || s.IsEmpty() {
+			return nil, usageError{fmt.Sprintf("--step-cpus %q: want a non-empty CPU list such as 0-3,8", a.stepCPUs)}
+		}
+	}
+	fs.Visit(func(f *flag.Flag) { a.numberingGiven = a.numberingGiven || f.Name == "numbering" })
+	if *taskCPUs != "" {
+		parts := strings.Split(*taskCPUs, ";")
+		if len(parts) != a.tasks {
+			return nil, usageError{fmt.Sprintf("--task-cpus %q has %d entries, want one per task (%d)", *taskCPUs, len(parts), a.tasks)}
+		}
+		for i, p := range parts {
+			s, err := gpubind.ParseCPUList(p)
+			if err != nil || s.IsEmpty() {
+				return nil, usageError{fmt.Sprintf("--task-cpus entry %d %q: want a non-empty CPU list such as 0-3,8", i, p)}
+			}
+			a.masks = append(a.masks, s)
+		}
+	}
+	return a, nil
+}
+
+// request is the plan request of the arguments on the node topo.
+func (a *planArgs) request(topo *gpubind.Topology) (gpubind.PlanRequest, error) {
+	req := gpubind.PlanRequest{Topo: topo, Tasks: a.tasks, Option: a.policy, Numbering: a.num,
+		Gres: &gpubind.GresConf{AutoDetect: "nvml"}, GresFrom: "(none: PCI order)"}
+	var err error
+	if req.Rails, err = gpubind.ParseRails(a.nics); err != nil {
+		return req, usageError{"--" + err.Error()}
+	}
+	if err := planConf(&req, a.slurmConf, a.gresConf, a.node, a.numberingGiven); err != nil {
+		return req, err
+	}
+	gpus := a.gpus
+	if gpus == "" {
+		// Default: the whole node, as GRES indices 0..n-1 (quietly, unlike the engine).
+		var all []string
+		for i := range topo.GPUs {
+			all = append(all, strconv.Itoa(i))
+		}
+		gpus = strings.Join(all, ",")
+	}
+	if gpus != "" {
+		req.Env.StepGPUs = &gpus
+	}
+	return req, nil
+}
+
+// applyRule gives each task its answer from the rule the front end applies, run here
+// through cgo: the tasks for --json, and the text lines otherwise.
+func (a *planArgs) applyRule(tab *gpubind.Table, stderr io.Writer) ([]jsonTask, string, error) {
 	rt, err := rule.Parse(tab.String())
 	if err != nil {
-		return fmt.Errorf("the plugin cannot read this plan: %v", err)
+		return nil, "", fmt.Errorf("the plugin cannot read this plan: %v", err)
 	}
 	defer rt.Close()
+	masks := a.masks
 	bindList := ""
 	if masks != nil {
 		hex := make([]string, len(masks))
@@ -305,16 +359,16 @@ func cmdPlan(args []string, stdout, stderr io.Writer) error {
 	}
 	var out []jsonTask
 	var text strings.Builder
-	for L := 0; L < *tasks; L++ {
+	for L := 0; L < a.tasks; L++ {
 		var own gpubind.CPUSet
-		k := rule.Task{Local: L, Rank: L, Step: *stepCPUs}
+		k := rule.Task{Local: L, Rank: L, Step: a.stepCPUs}
 		if masks != nil {
 			own = masks[L]
 			k.BindType, k.BindList, k.Own = "mask_cpu:", bindList, own.String()
 		}
 		b, err := rt.Apply(k)
 		if err != nil {
-			return fmt.Errorf("task %d: %v", L, err)
+			return nil, "", fmt.Errorf("task %d: %v", L, err)
 		}
 		cpus := own
 		if b.CPUs != "" {
@@ -350,19 +404,7 @@ func cmdPlan(args []string, stdout, stderr io.Writer) error {
 		}
 		text.WriteByte('\n')
 	}
-	if c.json {
-		if out == nil {
-			out = []jsonTask{}
-		}
-		b, err := json.MarshalIndent(map[string]any{"tasks": out}, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(stdout, "%s\n", b)
-		return err
-	}
-	_, err = io.WriteString(stdout, text.String())
-	return err
+	return out, text.String(), nil
 }
 
 // planConf fills in what the node's configuration decides, read by the engine's own

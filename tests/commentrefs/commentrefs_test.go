@@ -1,7 +1,8 @@
 // Package commentrefs checks that comments which name code still name something that exists:
 // a qualified name of one of this module's packages, and a name after the word "see" that
 // looks like code, which must be a symbol of the comment's package or of the module. Renames and deletions otherwise
-// leave comments pointing at nothing.
+// leave comments pointing at nothing. It also checks that no function outside tests grows
+// past maxFuncLines.
 package commentrefs
 
 import (
@@ -233,4 +234,32 @@ func isFile(root, word string) bool {
 	}
 	matches, _ := filepath.Glob(filepath.Join(root, "*", word))
 	return len(matches) > 0
+}
+
+// maxFuncLines is the longest a function of the module may be, outside tests (the test
+// files and the tests/ tree): from its "func" line to its closing brace.
+const maxFuncLines = 120
+
+// No function outside tests is longer than maxFuncLines: a long function is split into
+// named pieces.
+func TestNoLongFunctions(t *testing.T) {
+	root := moduleRoot(t)
+	fset, files := parseModule(t, root)
+	testsDir := filepath.Join(root, "tests") + string(filepath.Separator)
+	for _, f := range files {
+		if strings.HasSuffix(f.path, "_test.go") || strings.HasPrefix(f.path, testsDir) {
+			continue
+		}
+		for _, d := range f.file.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Body == nil {
+				continue
+			}
+			start, end := fset.Position(fd.Pos()), fset.Position(fd.End())
+			if n := end.Line - start.Line + 1; n > maxFuncLines {
+				rel, _ := filepath.Rel(root, f.path)
+				t.Errorf("%s:%d: %s is %d lines, more than %d", rel, start.Line, fd.Name.Name, n, maxFuncLines)
+			}
+		}
+	}
 }
