@@ -43,7 +43,7 @@ MANDIR           ?= $(PREFIX)/share/man
 # Every call of gpuhelper(3) gets a page that sources the one page describing them all.
 GPUHELPER_CALLS  := gpuhelper_init gpuhelper_finalize gpuhelper_strerror gpuhelper_last_error \
                     gpuhelper_version gpuhelper_set_nccl_get_unique_id gpuhelper_scalable_count \
-                    gpuhelper_scalable_ids gpuhelper_group_id
+                    gpuhelper_scalable_ids gpuhelper_group_id gpuhelper_nvl_cliques
 
 # `make install` installs these too.
 install: install-man install-cmake

@@ -19,6 +19,9 @@
 #     it ends within seconds); sstat accounts it; no plugin cgroup or BPF program is left.
 #     With .gpu/old (GPUBIND_OLD_REV in slurm-bundle.sh) the scancel check also runs with the
 #     plugin before the fix, to show the failure it fixed.
+#  3b. an admin default=closest mode=enforce: CPU-only steps, --gres=none, --gpus=0, exit codes,
+#     the batch step and the user's own --gpu-bind/--tres-bind/--gpus-per-task behave exactly as
+#     without the plugin; a GPU step that asked for nothing differs only in the binding variables
 #  4. libgpuhelper under Slurm's PMIx: examples/nccl_allreduce with -n1 and -n2 (one-rank groups)
 #  5. launch cost with one core per rank: srun -n1/-n8/-n16, no plugin against the plugin
 #     without plan cache, a first step and a repeated step (plan cache hit), alternated; and
@@ -429,6 +432,52 @@ wait "$acct_pid"
 check "sstat accounts the isolated task (NTasks 1, CPU time > 0)" \
 	awk -F'|' '$1 ~ /\.0$/ && $2 == 1 && $3 != "00:00:00" && $3 != "" {ok=1} END {exit !ok}' "$work/sstat.txt"
 leftovers "after the signal and accounting steps"
+
+section "3b. default=closest mode=enforce: jobs that did not ask see what they see without the plugin"
+# The same job twice, without the plugin and with an admin default (issue 23): exit status,
+# stderr and every task's environment (less the variables that change from job to job) and
+# what CUDA sees must agree, except in a GPU step that asked for no binding, and there only in
+# CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER and GPUBIND_*.
+dump='env | LC_ALL=C sort | sed "s/^/E $SLURM_PROCID /"; echo "C $SLURM_PROCID $('"$work"'/cudaprobe 2>&1 | tr "\n" " ")"'
+volatile='^E [0-9]+ (SLURM_(JOB_ID|JOBID|JOB_SLUID|[A-Z_]*_SLUID|ARRAY_JOB_ID|HET_JOB_ID|JOB_START_TIME|JOB_END_TIME|TASK_PID|SRUN_COMM_PORT|STEP_LAUNCHER_PORT|LAUNCH_NODE_IPADDR|SRUN_COMM_HOST|SPANK_[A-Z_]*)|PMI[A-Z_]*|PMIX[A-Z_]*|OMPI_[A-Z_]*|TMPDIR|OLDPWD|_|SHLVL)='
+bindvars='^E [0-9]+ (CUDA_VISIBLE_DEVICES|CUDA_DEVICE_ORDER|GPUBIND_[A-Z_]*)='
+sd_run() { # sd_run FILE ARGS...: one job, normalised
+	local f=$1 rc
+	shift
+	"$@" >"$f.out" 2>"$f.err"
+	rc=$?
+	{ echo "status $rc"; grep -vE 'job [0-9]+|StepId=|Granted|Relinquish|queued|allocated resources' "$f.err"
+	  grep -vE "$volatile" "$f.out" | sed -E 's/(dev0=[^ ]*).*/\1/'; } | LC_ALL=C sort >"$f"
+}
+sd_case() { # sd_case LABEL BOUND ARGS...: BOUND=1 for a GPU step the default binds
+	local label=$1 bound=$2 a=$work/sd-off b=$work/sd-on
+	shift 2
+	echo "" >"$cfg/plugstack.conf"
+	sd_run "$a" "$@"
+	echo "$plug default=closest mode=enforce" >"$cfg/plugstack.conf"
+	sd_run "$b" "$@"
+	echo "$plug" >"$cfg/plugstack.conf"
+	if ((bound)); then
+		grep -q ' GPUBIND_PCI_BUS_IDS=' "$b" || fail "[$label] the default bound no task"
+		grep -vE "$bindvars" "$a" >"$a.x"; grep -vE "$bindvars" "$b" >"$b.x"; mv "$a.x" "$a"; mv "$b.x" "$b"
+	fi
+	if diff "$a" "$b" >"$work/sd.diff"; then
+		pass "[$label] same as without the plugin"
+	else
+		fail "[$label] differs from the same job without the plugin:"
+		sed 's/^/    /' "$work/sd.diff" | head -20
+	fi
+}
+sd_case "CPU-only step" 0 srun -n2 sh -c "$dump"
+sd_case "--gres=none" 0 srun -n2 --gres=none sh -c "$dump"
+sd_case "--gpus=0 in a GPU job" 0 salloc -n1 --gpus=1 srun -n1 --gpus=0 sh -c "$dump"
+sd_case "exit code" 0 srun -n2 sh -c 'exit $((3 + SLURM_PROCID))'
+sd_case "batch step" 0 sh -c "sbatch --wait -n1 --gpus=1 -o $work/sd-batch.out --wrap '$dump' >/dev/null; cat $work/sd-batch.out; rm -f $work/sd-batch.out"
+sd_case "user's --gpu-bind=map_gpu:0" 0 srun -n1 --gpus=1 --gpu-bind=map_gpu:0 sh -c "$dump"
+sd_case "user's --tres-bind=gres/gpu:map:0" 0 srun -n1 --gpus=1 --tres-bind=gres/gpu:map:0 sh -c "$dump"
+sd_case "--gpus-per-task=1" 0 srun -n1 --gpus-per-task=1 sh -c "$dump"
+sd_case "GPU step that asked for nothing" 1 srun -n1 --gpus=1 sh -c "$dump"
+leftovers "after the default= checks"
 
 section "4. libgpuhelper under Slurm's PMIx, with ConstrainDevices"
 mkdir -p "$work/pc"
