@@ -62,8 +62,8 @@ func BuildTable(in PlanInput) (*Table, error) {
 	if G == 0 {
 		tab.Status = StatusWarn
 		tab.Messages = append(tab.Messages, "the step has no GPUs on this node; nothing to bind")
-		for L := 0; L < in.Tasks; L++ {
-			tab.Tasks = append(tab.Tasks, TableTask{Local: L})
+		for local := 0; local < in.Tasks; local++ {
+			tab.Tasks = append(tab.Tasks, TableTask{Local: local})
 		}
 		for _, n := range t.NUMA {
 			tab.NUMAGPUs[n.ID] = nil
@@ -86,8 +86,8 @@ func BuildTable(in PlanInput) (*Table, error) {
 			}
 		}
 	}
-	for L, a := range p.assign {
-		k := TableTask{Local: L, GPUs: a}
+	for local, a := range p.assign {
+		k := TableTask{Local: local, GPUs: a}
 		if o.Flags.CPUs {
 			k.CPUs = gpuCPUs(t, st, a)
 		}
@@ -145,8 +145,8 @@ func policyPlan(name string) func(*planner) error {
 
 func planClosest(p *planner) error {
 	p.tab.Rule = RuleNUMA
-	for L, id := range gpuFirst(p.ids, p.numaOf, p.in.Tasks) {
-		p.assign[L] = []int{id}
+	for local, id := range gpuFirst(p.ids, p.numaOf, p.in.Tasks) {
+		p.assign[local] = []int{id}
 	}
 	p.tab.Fallback = p.ids
 	return nil
@@ -160,8 +160,8 @@ func planSingle(p *planner) error {
 		return fmt.Errorf("single:%d with %d tasks needs %d GPUs, but the step has %d on this node", n, tasks, need, G)
 	}
 	virt := gpuFirst(p.ids, p.numaOf, need)
-	for L := range p.assign {
-		p.assign[L] = []int{virt[L/n]}
+	for local := range p.assign {
+		p.assign[local] = []int{virt[local/n]}
 	}
 	p.tab.Fallback = p.ids
 	return nil
@@ -177,9 +177,9 @@ func planPerTask(p *planner) error {
 		return fmt.Errorf("per-task:%d with %d tasks needs %d GPUs, but the step has %d on this node", n, tasks, tasks*n, G)
 	}
 	groups := G / n
-	for L := range p.assign {
-		g := L % groups
-		p.assign[L] = append([]int(nil), p.pack[g*n:(g+1)*n]...)
+	for local := range p.assign {
+		g := local % groups
+		p.assign[local] = append([]int(nil), p.pack[g*n:(g+1)*n]...)
 	}
 	p.tab.Fallback = p.pack
 	p.numaOrder = p.pack
@@ -187,8 +187,8 @@ func planPerTask(p *planner) error {
 }
 
 func planPack(p *planner) error {
-	for L := range p.assign {
-		p.assign[L] = []int{p.pack[blockIndex(L, p.in.Tasks, len(p.ids))]}
+	for local := range p.assign {
+		p.assign[local] = []int{p.pack[blockIndex(local, p.in.Tasks, len(p.ids))]}
 	}
 	p.tab.Fallback = p.pack
 	return nil
@@ -197,8 +197,8 @@ func planPack(p *planner) error {
 func planSpread(p *planner) error {
 	t, st := p.in.Topo, p.in.Step
 	sp := spreadOrder(p.ids, p.numaOf, func(id int) string { return switchKey(t.GPUs[st.GPUs[id].Topo].PCIPath) })
-	for L := range p.assign {
-		p.assign[L] = []int{sp[L%len(sp)]}
+	for local := range p.assign {
+		p.assign[local] = []int{sp[local%len(sp)]}
 	}
 	p.tab.Fallback = sp
 	return nil
@@ -214,8 +214,8 @@ func planMap(p *planner) error {
 		}
 		mapped[i] = id
 	}
-	for L := range p.assign {
-		p.assign[L] = []int{mapped[L%len(mapped)]}
+	for local := range p.assign {
+		p.assign[local] = []int{mapped[local%len(mapped)]}
 	}
 	p.tab.Fallback = p.ids
 	return nil
@@ -236,12 +236,13 @@ func gpuCPUs(t *Topology, st *Step, ids []int) CPUSet {
 	return s
 }
 
-// blockIndex spreads T tasks over G slots in blocks: consecutive tasks share a slot.
-func blockIndex(L, T, G int) int {
+// blockIndex is the slot of task local when T tasks spread over G slots in blocks:
+// consecutive tasks share a slot.
+func blockIndex(local, T, G int) int {
 	if T <= G {
-		return L
+		return local
 	}
-	return L * G / T
+	return local * G / T
 }
 
 // numaGroups groups ids by NUMA node (ascending, unknown -1 last), keeping their order.
@@ -270,8 +271,8 @@ func gpuFirst(ids []int, numaOf func(int) int, T int) []int {
 			list = append(list, g...)
 		}
 		out := make([]int, T)
-		for L := range out {
-			out[L] = list[blockIndex(L, T, G)]
+		for local := range out {
+			out[local] = list[blockIndex(local, T, G)]
 		}
 		return out
 	}
