@@ -13,7 +13,7 @@ type PlanInput struct {
 	Step   *Step
 	Tasks  int
 	Option Option
-	Mode   string // enforce (default) or optional
+	Mode   Mode
 	// Rails are the admin's RDMA devices for NCCL and UCX (plugstack nics=); nil: the
 	// NICs closest to the step's GPUs.
 	Rails []string
@@ -27,12 +27,8 @@ func BuildTable(in PlanInput) (*Table, error) {
 	if in.Tasks < 0 || in.Tasks > MaxTableTasks {
 		return nil, fmt.Errorf("%d local tasks: want 0..%d", in.Tasks, MaxTableTasks)
 	}
-	mode := in.Mode
-	if mode == "" {
-		mode = ModeEnforce
-	}
 	tab := &Table{
-		Status: StatusOK, Mode: mode, Flags: o.Flags, Rule: RuleTable,
+		Status: StatusOK, Mode: in.Mode, Flags: o.Flags, Rule: RuleTable,
 		Share: 1, PerTask: 1, NTasks: in.Tasks, NUMAGPUs: map[int][]int{},
 	}
 	tab.Messages = append(tab.Messages, st.Notes...)
@@ -66,8 +62,8 @@ func BuildTable(in PlanInput) (*Table, error) {
 	if G == 0 {
 		tab.Status = StatusWarn
 		tab.Messages = append(tab.Messages, "the step has no GPUs on this node; nothing to bind")
-		for L := 0; L < in.Tasks; L++ {
-			tab.Tasks = append(tab.Tasks, TableTask{Local: L})
+		for local := 0; local < in.Tasks; local++ {
+			tab.Tasks = append(tab.Tasks, TableTask{Local: local})
 		}
 		for _, n := range t.NUMA {
 			tab.NUMAGPUs[n.ID] = nil
@@ -90,8 +86,8 @@ func BuildTable(in PlanInput) (*Table, error) {
 			}
 		}
 	}
-	for L, a := range p.assign {
-		k := TableTask{Local: L, GPUs: a}
+	for local, a := range p.assign {
+		k := TableTask{Local: local, GPUs: a}
 		if o.Flags.CPUs {
 			k.CPUs = gpuCPUs(t, st, a)
 		}
@@ -149,8 +145,8 @@ func policyPlan(name string) func(*planner) error {
 
 func planClosest(p *planner) error {
 	p.tab.Rule = RuleNUMA
-	for L, id := range gpuFirst(p.ids, p.numaOf, p.in.Tasks) {
-		p.assign[L] = []int{id}
+	for local, id := range gpuFirst(p.ids, p.numaOf, p.in.Tasks) {
+		p.assign[local] = []int{id}
 	}
 	p.tab.Fallback = p.ids
 	return nil
@@ -164,8 +160,8 @@ func planSingle(p *planner) error {
 		return fmt.Errorf("single:%d with %d tasks needs %d GPUs, but the step has %d on this node", n, tasks, need, G)
 	}
 	virt := gpuFirst(p.ids, p.numaOf, need)
-	for L := range p.assign {
-		p.assign[L] = []int{virt[L/n]}
+	for local := range p.assign {
+		p.assign[local] = []int{virt[local/n]}
 	}
 	p.tab.Fallback = p.ids
 	return nil
@@ -181,9 +177,9 @@ func planPerTask(p *planner) error {
 		return fmt.Errorf("per-task:%d with %d tasks needs %d GPUs, but the step has %d on this node", n, tasks, tasks*n, G)
 	}
 	groups := G / n
-	for L := range p.assign {
-		g := L % groups
-		p.assign[L] = append([]int(nil), p.pack[g*n:(g+1)*n]...)
+	for local := range p.assign {
+		g := local % groups
+		p.assign[local] = append([]int(nil), p.pack[g*n:(g+1)*n]...)
 	}
 	p.tab.Fallback = p.pack
 	p.numaOrder = p.pack
@@ -191,8 +187,8 @@ func planPerTask(p *planner) error {
 }
 
 func planPack(p *planner) error {
-	for L := range p.assign {
-		p.assign[L] = []int{p.pack[blockIndex(L, p.in.Tasks, len(p.ids))]}
+	for local := range p.assign {
+		p.assign[local] = []int{p.pack[blockIndex(local, p.in.Tasks, len(p.ids))]}
 	}
 	p.tab.Fallback = p.pack
 	return nil
@@ -201,8 +197,8 @@ func planPack(p *planner) error {
 func planSpread(p *planner) error {
 	t, st := p.in.Topo, p.in.Step
 	sp := spreadOrder(p.ids, p.numaOf, func(id int) string { return switchKey(t.GPUs[st.GPUs[id].Topo].PCIPath) })
-	for L := range p.assign {
-		p.assign[L] = []int{sp[L%len(sp)]}
+	for local := range p.assign {
+		p.assign[local] = []int{sp[local%len(sp)]}
 	}
 	p.tab.Fallback = sp
 	return nil
@@ -218,8 +214,8 @@ func planMap(p *planner) error {
 		}
 		mapped[i] = id
 	}
-	for L := range p.assign {
-		p.assign[L] = []int{mapped[L%len(mapped)]}
+	for local := range p.assign {
+		p.assign[local] = []int{mapped[local%len(mapped)]}
 	}
 	p.tab.Fallback = p.ids
 	return nil
@@ -240,12 +236,13 @@ func gpuCPUs(t *Topology, st *Step, ids []int) CPUSet {
 	return s
 }
 
-// blockIndex spreads T tasks over G slots in blocks: consecutive tasks share a slot.
-func blockIndex(L, T, G int) int {
+// blockIndex is the slot of task local when T tasks spread over G slots in blocks:
+// consecutive tasks share a slot.
+func blockIndex(local, T, G int) int {
 	if T <= G {
-		return L
+		return local
 	}
-	return L * G / T
+	return local * G / T
 }
 
 // numaGroups groups ids by NUMA node (ascending, unknown -1 last), keeping their order.
@@ -274,8 +271,8 @@ func gpuFirst(ids []int, numaOf func(int) int, T int) []int {
 			list = append(list, g...)
 		}
 		out := make([]int, T)
-		for L := range out {
-			out[L] = list[blockIndex(L, T, G)]
+		for local := range out {
+			out[local] = list[blockIndex(local, T, G)]
 		}
 		return out
 	}

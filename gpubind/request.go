@@ -13,7 +13,7 @@ type PlanRequest struct {
 	Numbering Numbering
 	Tasks     int
 	Option    string   // --gpu-bind-topo value
-	Mode      string   // enforce (default) or optional
+	Mode      Mode     // enforce (the zero value) or optional
 	Force     Flags    // admin: flags always on
 	Never     Flags    // admin: flags always off
 	Rails     []string // admin: the RDMA devices for NCCL/UCX (plugstack nics=); nil: closest
@@ -22,13 +22,6 @@ type PlanRequest struct {
 // Plan parses the option, maps the step's GPUs and builds the decision table. An
 // unknown GRES mapping is an error in enforce mode and a warning in optional mode.
 func Plan(r PlanRequest) (*Table, error) {
-	mode := r.Mode
-	if mode == "" {
-		mode = ModeEnforce
-	}
-	if mode != ModeEnforce && mode != ModeOptional {
-		return nil, fmt.Errorf("mode %q: want enforce or optional", r.Mode)
-	}
 	opt, err := ParseOption(r.Option)
 	if err != nil {
 		return nil, err
@@ -49,14 +42,14 @@ func Plan(r PlanRequest) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	if st.Unknown && mode == ModeEnforce {
+	if st.Unknown && r.Mode == ModeEnforce {
 		why := "no gres.conf was found"
 		if r.Gres != nil {
 			why = "gres.conf " + r.GresFrom + " has GPU lines only for other nodes (NodeName=)"
 		}
 		return nil, fmt.Errorf("cannot map Slurm's GPU numbers (GRES indices) to GPUs: %s; give the plugin gres_conf= or run in mode=optional", why)
 	}
-	tab, err := BuildTable(PlanInput{Topo: r.Topo, Step: st, Tasks: r.Tasks, Option: opt, Mode: mode, Rails: r.Rails})
+	tab, err := BuildTable(PlanInput{Topo: r.Topo, Step: st, Tasks: r.Tasks, Option: opt, Mode: r.Mode, Rails: r.Rails})
 	if err != nil {
 		return nil, err
 	}

@@ -22,8 +22,6 @@ const (
 	StatusOK        = "ok"
 	StatusWarn      = "warn"
 	StatusError     = "error"
-	ModeEnforce     = "enforce"
-	ModeOptional    = "optional"
 	maxMessageLines = 64
 )
 
@@ -32,7 +30,7 @@ const (
 type Table struct {
 	Status   string
 	Messages []string
-	Mode     string
+	Mode     Mode
 	Flags    Flags
 	Rule     string
 	Share    int
@@ -92,10 +90,7 @@ type TableTask struct {
 }
 
 // ErrorTable returns a well-formed table with status error and the message.
-func ErrorTable(mode string, err error) *Table {
-	if mode != ModeOptional {
-		mode = ModeEnforce
-	}
+func ErrorTable(mode Mode, err error) *Table {
 	return &Table{Status: StatusError, Messages: []string{err.Error()}, Mode: mode}
 }
 
@@ -145,11 +140,7 @@ func (t *Table) Encode(w io.Writer) error {
 		}
 		add("message %s", CleanMessage(m))
 	}
-	mode := t.Mode
-	if mode == "" {
-		mode = ModeEnforce
-	}
-	add("mode %s", mode)
+	add("mode %s", t.Mode)
 	if t.Status != StatusError {
 		add("flags %s", t.Flags.String())
 		add("rule %s", t.Rule)

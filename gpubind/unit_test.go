@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -212,7 +213,7 @@ func TestTableRoundTripAndTruncation(t *testing.T) {
 		}
 	}
 	var buf bytes.Buffer
-	gpubind.ErrorTable("", os.ErrNotExist).Encode(&buf)
+	gpubind.ErrorTable(gpubind.ModeEnforce, os.ErrNotExist).Encode(&buf)
 	rt, err := rule.Parse(buf.String())
 	if err != nil {
 		t.Fatalf("error table: %v", err)
@@ -251,5 +252,28 @@ func TestNICActivePort(t *testing.T) {
 	}
 	if tab.GPUs[0].NIC != "mlx5_0:2" || tab.GPUs[1].NIC != "mlx5_1:1" {
 		t.Errorf("NIC fields %q %q, want mlx5_0:2 (port 1 down) and mlx5_1:1", tab.GPUs[0].NIC, tab.GPUs[1].NIC)
+	}
+}
+
+// ParseMode takes the words of the plugstack and the request, "" as the default, and
+// names any other value; String writes the word back.
+func TestParseMode(t *testing.T) {
+	for in, want := range map[string]gpubind.Mode{"": gpubind.ModeEnforce, "enforce": gpubind.ModeEnforce, "optional": gpubind.ModeOptional} {
+		m, err := gpubind.ParseMode(in)
+		if err != nil || m != want {
+			t.Errorf("ParseMode(%q) = %v, %v; want %v", in, m, err, want)
+		}
+		if in != "" && m.String() != in {
+			t.Errorf("%q prints as %q", in, m.String())
+		}
+	}
+	for _, in := range []string{"Optional", "maybe", " enforce"} {
+		if _, err := gpubind.ParseMode(in); err == nil || !strings.Contains(err.Error(), strconv.Quote(in)) {
+			t.Errorf("ParseMode(%q): %v, want an error naming the value", in, err)
+		}
+	}
+	var zero gpubind.Table
+	if zero.Mode != gpubind.ModeEnforce {
+		t.Errorf("a table's zero mode is %v", zero.Mode)
 	}
 }

@@ -3,6 +3,8 @@ package ncclid
 import (
 	"errors"
 	"fmt"
+
+	"github.com/gpubind/gpubind/pmixkv"
 )
 
 // The small collectives of libgpuhelper 1.1 (barrier, broadcast, allgather). They share the
@@ -143,8 +145,10 @@ func (e *Exchanger) allgather(c *coll, data []byte) ([][]byte, error) {
 	return out, nil
 }
 
-// The value rank 0 publishes after gathering: tagID and the n values end to end, or tagFailed
-// and the message (a rank's data of another size).
+// The value rank 0 publishes after gathering: tagID and the n values end to end, tagFailed and
+// the message (a rank's data of another size), or tagGatherFailed and the message (rank 0 could
+// not read a rank's data).
+const tagGatherFailed = 4
 
 // gathered is Allgather's second half from GatherFrom ranks on: rank 0 reads every value
 // (local Gets after the collecting fence) and publishes them under key.all; a second
@@ -152,13 +156,22 @@ func (e *Exchanger) allgather(c *coll, data []byte) ([][]byte, error) {
 func (e *Exchanger) gathered(c *coll, key string, data []byte) ([][]byte, error) {
 	in := e.KV.Info()
 	all := key + ".all"
+	var gatherErr error
 	if in.Rank == 0 && !c.gathered {
 		val := append(make([]byte, 0, 1+in.Size*len(data)), tagID)
 		val = append(val, data...)
 		for r := 1; r < in.Size; r++ {
 			v, err := e.KV.Get(r, key, e.Timeout)
-			if err != nil {
+			if err != nil && errors.Is(err, pmixkv.ErrTimeout) {
+				// Retryable: the retry gathers again; nothing is published meanwhile.
 				return nil, fmt.Errorf("ncclid: allgather: data of rank %d: %w", r, err)
+			}
+			if err != nil {
+				// Any other failure is published, so the other ranks fail at once instead of
+				// waiting in the second fence until their timeout.
+				gatherErr = fmt.Errorf("ncclid: allgather: data of rank %d: %w", r, err)
+				val = append([]byte{tagGatherFailed}, fmt.Sprintf("rank 0 could not read the data of rank %d: %v", r, err)...)
+				break
 			}
 			if len(v) != len(data) {
 				val = append([]byte{tagFailed}, fmt.Sprintf("rank %d sent %d bytes, rank 0 sent %d", r, len(v), len(data))...)
@@ -180,6 +193,9 @@ func (e *Exchanger) gathered(c *coll, key string, data []byte) ([][]byte, error)
 		}
 		c.fenced2 = true
 	}
+	if gatherErr != nil {
+		return nil, gatherErr
+	}
 	v := c.own2
 	if in.Rank != 0 {
 		var err error
@@ -190,6 +206,8 @@ func (e *Exchanger) gathered(c *coll, key string, data []byte) ([][]byte, error)
 	switch {
 	case len(v) >= 1 && v[0] == tagFailed:
 		return nil, fmt.Errorf("ncclid: allgather: %s (rank %d sent %d): %w", v[1:], in.Rank, len(data), ErrSize)
+	case len(v) >= 1 && v[0] == tagGatherFailed:
+		return nil, fmt.Errorf("ncclid: allgather: %s", v[1:])
 	case len(v) == 1+in.Size*len(data) && v[0] == tagID:
 	case len(v) >= 1 && v[0] == tagID && (len(v)-1)%in.Size == 0:
 		return nil, fmt.Errorf("ncclid: allgather: rank 0 gathered %d bytes per rank, rank %d sent %d: %w", (len(v)-1)/in.Size, in.Rank, len(data), ErrSize)

@@ -1,6 +1,7 @@
 package ncclid
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -207,5 +208,52 @@ func TestAllgatherGatheredSizeError(t *testing.T) {
 		if !errors.Is(err, ErrSize) || !strings.Contains(err.Error(), "rank 7 sent 5 bytes, rank 0 sent 4") {
 			t.Errorf("rank %d: %v, want ErrSize naming rank 7", r, err)
 		}
+	}
+}
+
+// failGet makes this rank's Gets from rank bad fail with a non-timeout error.
+type failGet struct {
+	pmixkv.KV
+	bad int
+}
+
+func (f failGet) Get(rank int, key string, timeout time.Duration) ([]byte, error) {
+	if rank == f.bad {
+		return nil, errors.New("injected failure")
+	}
+	return f.KV.Get(rank, key, timeout)
+}
+
+// TestAllgatherGatherFails: when rank 0 cannot read a rank's data (not a timeout), it publishes
+// the failure, so every rank fails at once with it instead of waiting out its timeout in the
+// second fence.
+func TestAllgatherGatherFails(t *testing.T) {
+	job, err := pmixkv.NewMemJob(20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, 20)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for r := range errs {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			var kv pmixkv.KV = job.Rank(r)
+			if r == 0 {
+				kv = failGet{kv, 11}
+			}
+			e := &Exchanger{KV: kv, Timeout: 20 * time.Second, GatherFrom: 2}
+			_, errs[r] = e.Allgather([]byte{byte(r)})
+		}(r)
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "rank 11") || !strings.Contains(err.Error(), "injected failure") {
+			t.Errorf("rank %d: %v, want the failure to read rank 11", r, err)
+		}
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the ranks took %v: they waited for the timeout", d)
 	}
 }

@@ -190,7 +190,7 @@ func (c *checker) confDir() string { return filepath.Dir(c.slurmConf) }
 func (c *checker) checkSlurmd() {
 	bin, how := c.slurmd, "given with --slurmd"
 	if bin == "" {
-		if pid, exe := runningSlurmd(c.under("/proc")); exe != "" {
+		if pid, exe := runningSlurmd(c.under("/proc"), c.slurmConf, c.node); exe != "" {
 			bin, how = exe, fmt.Sprintf("running as pid %d", pid)
 		} else if p, err := exec.LookPath("slurmd"); err == nil && c.root == "" {
 			bin, how = p, "not running; the binary in PATH"
@@ -223,12 +223,14 @@ func (c *checker) checkSlurmd() {
 	c.add("slurmd", status, "Slurm %s (%s, %s)", v, bin, how)
 }
 
-// runningSlurmd returns the pid and binary of a running slurmd, from procDir/*/exe.
-func runningSlurmd(procDir string) (int, string) {
+// runningSlurmd returns the pid and binary (procDir/*/exe) of the running slurmd that serves
+// slurmConf and node, else of any running slurmd.
+func runningSlurmd(procDir, slurmConf, node string) (int, string) {
 	ents, err := os.ReadDir(procDir)
 	if err != nil {
 		return 0, ""
 	}
+	bestPid, bestExe, bestScore := 0, "", -1
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -238,11 +240,32 @@ func runningSlurmd(procDir string) (int, string) {
 		if err != nil || strings.TrimSpace(string(comm)) != "slurmd" {
 			continue
 		}
-		if exe, err := os.Readlink(filepath.Join(procDir, e.Name(), "exe")); err == nil {
-			return pid, exe
+		exe, err := os.Readlink(filepath.Join(procDir, e.Name(), "exe"))
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join(procDir, e.Name(), "cmdline"))
+		if score := slurmdMatch(strings.Split(string(cmdline), "\x00"), slurmConf, node); score > bestScore {
+			bestPid, bestExe, bestScore = pid, exe, score
 		}
 	}
-	return 0, ""
+	return bestPid, bestExe
+}
+
+// slurmdMatch scores how surely a slurmd with these arguments serves the checked node: a
+// host may run several (Slurm's multiple-slurmd mode, a test cluster beside the real one),
+// so the one started with the checked slurm.conf (-f) and node name (-N) wins.
+func slurmdMatch(args []string, slurmConf, node string) int {
+	score := 0
+	for i := 0; i+1 < len(args); i++ {
+		switch {
+		case args[i] == "-f" && slurmConf != "" && args[i+1] == slurmConf:
+			score += 2
+		case args[i] == "-N" && node != "" && args[i+1] == node:
+			score++
+		}
+	}
+	return score
 }
 
 // plugstackLine is one active plugstack.conf line that loads spank_gpubind.so.

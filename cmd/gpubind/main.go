@@ -359,16 +359,16 @@ func (a *planArgs) applyRule(tab *gpubind.Table, stderr io.Writer) ([]jsonTask, 
 	}
 	var out []jsonTask
 	var text strings.Builder
-	for L := 0; L < a.tasks; L++ {
+	for local := 0; local < a.tasks; local++ {
 		var own gpubind.CPUSet
-		k := rule.Task{Local: L, Rank: L, Step: a.stepCPUs}
+		k := rule.Task{Local: local, Rank: local, Step: a.stepCPUs}
 		if masks != nil {
-			own = masks[L]
+			own = masks[local]
 			k.BindType, k.BindList, k.Own = "mask_cpu:", bindList, own.String()
 		}
 		b, err := rt.Apply(k)
 		if err != nil {
-			return nil, "", fmt.Errorf("task %d: %v", L, err)
+			return nil, "", fmt.Errorf("task %d: %v", local, err)
 		}
 		cpus := own
 		if b.CPUs != "" {
@@ -382,7 +382,7 @@ func (a *planArgs) applyRule(tab *gpubind.Table, stderr io.Writer) ([]jsonTask, 
 				}
 			}
 		}
-		jt := jsonTask{Task: L, CPUs: cpus.String(), Env: map[string]string{}, GPUs: []jsonGPU{}}
+		jt := jsonTask{Task: local, CPUs: cpus.String(), Env: map[string]string{}, GPUs: []jsonGPU{}}
 		for _, kv := range b.Env {
 			if name, val, ok := strings.Cut(kv, "="); ok {
 				jt.Env[name] = val

@@ -125,9 +125,9 @@ func TestTaskCPUsIsTheRule(t *testing.T) {
 			s, _ := gpubind.ParseCPUList(p)
 			hex = append(hex, s.Hex())
 		}
-		for L, task := range out.Tasks {
-			own, _ := gpubind.ParseCPUList(strings.Split(c.cpus, ";")[L])
-			b, err := rt.Apply(rule.Task{Local: L, BindType: "mask_cpu:", BindList: strings.Join(hex, ","), Own: own.String()})
+		for local, task := range out.Tasks {
+			own, _ := gpubind.ParseCPUList(strings.Split(c.cpus, ";")[local])
+			b, err := rt.Apply(rule.Task{Local: local, BindType: "mask_cpu:", BindList: strings.Join(hex, ","), Own: own.String()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -136,12 +136,12 @@ func TestTaskCPUsIsTheRule(t *testing.T) {
 				k, v, _ := strings.Cut(kv, "=")
 				env[k] = v
 			}
-			if !reflect.DeepEqual(env, task.Env) || task.Task != L || task.Visible != env["CUDA_VISIBLE_DEVICES"] || len(task.GPUs) != len(b.GPUs) {
-				t.Errorf("%v task %d: json %+v, rule %v", args, L, task, env)
+			if !reflect.DeepEqual(env, task.Env) || task.Task != local || task.Visible != env["CUDA_VISIBLE_DEVICES"] || len(task.GPUs) != len(b.GPUs) {
+				t.Errorf("%v task %d: json %+v, rule %v", args, local, task, env)
 			}
 			for i, id := range b.GPUs {
 				if task.GPUs[i].BusID != tab.GPUs[id].BusID || task.GPUs[i].Index != tab.GPUs[id].NVMLIndex {
-					t.Errorf("task %d gpu %d: %+v vs %+v", L, i, task.GPUs[i], tab.GPUs[id])
+					t.Errorf("task %d gpu %d: %+v vs %+v", local, i, task.GPUs[i], tab.GPUs[id])
 				}
 			}
 		}

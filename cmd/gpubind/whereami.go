@@ -23,9 +23,9 @@ import (
 // whereReport is what `gpubind whereami` found: what the process really got, next to what
 // the plugin said it gave (its GPUBIND_* variables). The JSON keys are the issue's.
 type whereReport struct {
-	Host    string `json:"host"`
-	Rank    *int   `json:"rank"`     // SLURM_PROCID (PMIX_RANK, OMPI_COMM_WORLD_RANK); null: unknown
-	LocalID *int   `json:"local_id"` // SLURM_LOCALID (OMPI_COMM_WORLD_LOCAL_RANK, LOCAL_RANK)
+	Host  string `json:"host"`
+	Rank  *int   `json:"rank"`     // SLURM_PROCID (PMIX_RANK, OMPI_COMM_WORLD_RANK); null: unknown
+	Local *int   `json:"local_id"` // SLURM_LOCALID (OMPI_COMM_WORLD_LOCAL_RANK, LOCAL_RANK)
 	// CPUs is the process's affinity: /proc/self/status Cpus_allowed_list (what
 	// sched_getaffinity returns for the main thread).
 	CPUs string `json:"cpus"`
@@ -135,7 +135,7 @@ func whereami(root, dev string, lookup func(string) (string, bool), self bool, n
 		rep.Host, _ = os.Hostname()
 	}
 	rep.Rank = envInt(lookup, "SLURM_PROCID", "PMIX_RANK", "OMPI_COMM_WORLD_RANK")
-	rep.LocalID = envInt(lookup, "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK")
+	rep.Local = envInt(lookup, "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK")
 	for _, n := range whereEnv {
 		if v, ok := lookup(n); ok {
 			rep.Env[n] = v
@@ -401,7 +401,7 @@ func (r *whereReport) text() string {
 		}
 		return strconv.Itoa(*p)
 	}
-	fmt.Fprintf(&b, "host %s rank %s local id %s\n", r.Host, num(r.Rank), num(r.LocalID))
+	fmt.Fprintf(&b, "host %s rank %s local id %s\n", r.Host, num(r.Rank), num(r.Local))
 	fmt.Fprintf(&b, "cpus %s  mems %s", dashs(r.CPUs), dashs(r.Mems))
 	if r.MemPolicy != "" {
 		fmt.Fprintf(&b, "  mempolicy %s", r.MemPolicy)

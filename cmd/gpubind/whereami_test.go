@@ -52,7 +52,7 @@ func TestWhereamiMatches(t *testing.T) {
 	assert.Equal(t, []string{"sysfs", "nvml"}, rep.Sources)
 	assert.Equal(t, "node1", rep.Host)
 	assert.Equal(t, 5, *rep.Rank)
-	assert.Equal(t, 1, *rep.LocalID)
+	assert.Equal(t, 1, *rep.Local)
 	assert.Equal(t, "0", rep.CPUs)
 	assert.Equal(t, "0", rep.Mems)
 	require.Len(t, rep.GPUs, 4)

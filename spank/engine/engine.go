@@ -32,7 +32,7 @@ var (
 // Request is the parsed request of protocol v1 section 1.
 type Request struct {
 	Option     string
-	Mode       string
+	Mode       gpubind.Mode
 	Source     string
 	Root       string
 	Snapshot   string
@@ -63,7 +63,7 @@ func ParseRequest(text string) (*Request, error) {
 	if len(text) > MaxRequestBytes {
 		return nil, fmt.Errorf("request is %d bytes, more than %d", len(text), MaxRequestBytes)
 	}
-	r := &Request{Mode: gpubind.ModeEnforce, Env: map[string]string{}, UID: -1, GID: -1, LocalTasks: -1}
+	r := &Request{Env: map[string]string{}, UID: -1, GID: -1, LocalTasks: -1}
 	seen := map[string]bool{}
 	for i, line := range strings.Split(text, "\n") {
 		if line == "" {
@@ -82,10 +82,9 @@ func ParseRequest(text string) (*Request, error) {
 		case "option":
 			r.Option = v
 		case "mode":
-			if v != gpubind.ModeEnforce && v != gpubind.ModeOptional {
+			if r.Mode, err = gpubind.ParseMode(v); err != nil {
 				return nil, fmt.Errorf("request mode=%q: want enforce or optional", clip(v))
 			}
-			r.Mode = v
 		case "source":
 			r.Source = v
 		case "root":
@@ -170,13 +169,12 @@ func (r *Request) env(name string) *string {
 // memory and written once, so a failure never leaves half a table: on error the table
 // has status error and the message, and the error is returned too.
 func Run(request string, out io.Writer) error {
-	tab, err := plan(request)
+	var tab *gpubind.Table
+	req, err := ParseRequest(request)
 	if err != nil {
-		mode := gpubind.ModeEnforce
-		if strings.Contains("\n"+request, "\nmode=optional\n") || strings.HasSuffix("\n"+request, "\nmode=optional") {
-			mode = gpubind.ModeOptional
-		}
-		tab = gpubind.ErrorTable(mode, err)
+		tab = gpubind.ErrorTable(requestMode(request), err)
+	} else if tab, err = plan(req); err != nil {
+		tab = gpubind.ErrorTable(req.Mode, err)
 	}
 	var buf bytes.Buffer
 	if eerr := tab.Encode(&buf); eerr != nil {
@@ -192,11 +190,20 @@ func Run(request string, out io.Writer) error {
 	return err
 }
 
-func plan(request string) (*gpubind.Table, error) {
-	req, err := ParseRequest(request)
-	if err != nil {
-		return nil, err
+// requestMode is the mode of a request that does not parse, so that its error table still
+// carries the mode the admin asked for: the value of the first mode= line, enforce when
+// there is none or it is no mode.
+func requestMode(request string) gpubind.Mode {
+	for _, line := range strings.Split(request, "\n") {
+		if v, ok := strings.CutPrefix(line, "mode="); ok {
+			m, _ := gpubind.ParseMode(v)
+			return m
+		}
 	}
+	return gpubind.ModeEnforce
+}
+
+func plan(req *Request) (*gpubind.Table, error) {
 	// Root part: admin settings only (source, root, snapshot, cache).
 	topo, notes, err := loadTopology(req)
 	if err != nil {

@@ -24,7 +24,7 @@ func TestParseRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Option != "closest,verbose" || r.Mode != "optional" || r.LocalTasks != 2 || len(r.GlobalIDs) != 2 || r.GlobalIDs[1] != 5 {
+	if r.Option != "closest,verbose" || r.Mode != gpubind.ModeOptional || r.LocalTasks != 2 || len(r.GlobalIDs) != 2 || r.GlobalIDs[1] != 5 {
 		t.Fatalf("bad parse: %+v", r)
 	}
 	if r.Env["SLURM_STEP_GPUS"] != "0,1" || r.Env["HOME"] != "" || r.UID != 1000 || r.GID != 100 {
@@ -212,10 +212,21 @@ func TestErrorTables(t *testing.T) {
 			t.Errorf("request %q: err %v, table %q, want an error table naming %q", c.req, err, tab.Messages, c.want)
 		}
 	}
-	// mode=optional is carried into error tables.
-	tab, _ := run(t, base+"option=zzz\nmode=optional\nlocal_tasks=1")
-	if tab.Mode != gpubind.ModeOptional {
-		t.Errorf("error table mode %q, want optional", tab.Mode)
+	// mode=optional is carried into error tables: of a plan that fails, and of a request
+	// that does not parse (read then by requestMode alone).
+	for _, req := range []string{
+		base + "option=zzz\nmode=optional\nlocal_tasks=1",
+		"local_tasks=x\nmode=optional",
+		"mode=optional\nlocal_tasks=1\nlocal_tasks=1\n",
+	} {
+		if tab, _ := run(t, req); tab.Mode != gpubind.ModeOptional {
+			t.Errorf("request %q: error table mode %v, want optional", req, tab.Mode)
+		}
+	}
+	for _, req := range []string{"local_tasks=x", "local_tasks=x\nmode=maybe", "mode=maybe\nlocal_tasks=1"} {
+		if tab, _ := run(t, req); tab.Mode != gpubind.ModeEnforce {
+			t.Errorf("request %q: error table mode %v, want enforce", req, tab.Mode)
+		}
 	}
 }
 

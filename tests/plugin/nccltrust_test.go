@@ -27,7 +27,7 @@ func TestNCCLTrustSlurm(t *testing.T) {
 		`${NCCL_IB_HCA:--} ${UCX_NET_DEVICES:--} ${GPUBIND_NIC:--}"`
 	re := regexp.MustCompile(`(?m)^V (\d+) (\S+) (\S+) (\S+) (\S+) (\S+) (\S+) (\S+)$`)
 	type view struct {
-		lid                      int
+		local                    int
 		visible, cuda, bus, open []string
 		hca, ucx, nic            string
 	}
@@ -40,13 +40,13 @@ func TestNCCLTrustSlurm(t *testing.T) {
 		}
 		var vs []view
 		for _, m := range re.FindAllStringSubmatch(out, -1) {
-			l, _ := strconv.Atoi(m[1])
-			vs = append(vs, view{l, splitList(m[2]), splitList(m[3]), splitList(m[4]), splitList(m[5]), m[6], m[7], m[8]})
+			local, _ := strconv.Atoi(m[1])
+			vs = append(vs, view{local, splitList(m[2]), splitList(m[3]), splitList(m[4]), splitList(m[5]), m[6], m[7], m[8]})
 		}
 		if len(vs) != tasks {
 			t.Fatalf("%d task lines, want %d (Slurm %s):\n%s\n%s", len(vs), tasks, slurmVersion(c), out, errOut)
 		}
-		sort.Slice(vs, func(i, j int) bool { return vs[i].lid < vs[j].lid })
+		sort.Slice(vs, func(i, j int) bool { return vs[i].local < vs[j].local })
 		return vs
 	}
 	// nicOf is the fixture's NIC of the GPU with this bus id: mlx5_(minor/2).
@@ -58,24 +58,24 @@ func TestNCCLTrustSlurm(t *testing.T) {
 		t.Helper()
 		open := v.open
 		if all && len(v.visible) != len(open) {
-			t.Errorf("task %d sees %v but may open minors %v: want all of them (Slurm %s)", v.lid, v.visible, open, slurmVersion(c))
+			t.Errorf("task %d sees %v but may open minors %v: want all of them (Slurm %s)", v.local, v.visible, open, slurmVersion(c))
 		}
 		seen := map[string]bool{}
 		for _, e := range v.visible {
 			n, err := strconv.Atoi(e)
 			if err != nil || n < 0 || n >= len(open) || seen[e] {
-				t.Errorf("task %d: CUDA_VISIBLE_DEVICES=%v is not a set of numbers below %d", v.lid, v.visible, len(open))
+				t.Errorf("task %d: CUDA_VISIBLE_DEVICES=%v is not a set of numbers below %d", v.local, v.visible, len(open))
 			}
 			seen[e] = true
 		}
 		if len(v.cuda) != len(v.bus) || len(v.bus) == 0 {
-			t.Fatalf("task %d: GPUBIND_CUDA_DEVICES=%v for GPUs %v", v.lid, v.cuda, v.bus)
+			t.Fatalf("task %d: GPUBIND_CUDA_DEVICES=%v for GPUs %v", v.local, v.cuda, v.bus)
 		}
 		for i, b := range v.bus {
 			k, _ := strconv.Atoi(v.cuda[i])
 			pos := slices.Index(open, strconv.Itoa(slices.Index(dgxBus, b)))
 			if k >= len(v.visible) || v.visible[k] != strconv.Itoa(pos) {
-				t.Errorf("task %d: its GPU %s (CUDA device %d) is entry %v of %v, CUDA numbers it %d", v.lid, b, k, v.cuda, v.visible, pos)
+				t.Errorf("task %d: its GPU %s (CUDA device %d) is entry %v of %v, CUDA numbers it %d", v.local, b, k, v.cuda, v.visible, pos)
 			}
 		}
 	}
@@ -91,10 +91,10 @@ func TestNCCLTrustSlurm(t *testing.T) {
 		} {
 			for _, v := range run(t, tc.tasks, "-n"+strconv.Itoa(tc.tasks), tc.gpus, "--cpu-bind=map_cpu:0,1,0,1", "--gpu-bind-topo=closest,nic") {
 				if v.hca != tc.want {
-					t.Errorf("%s task %d: NCCL_IB_HCA=%s, want %s on every task (Slurm %s)", tc.gpus, v.lid, v.hca, tc.want, slurmVersion(c))
+					t.Errorf("%s task %d: NCCL_IB_HCA=%s, want %s on every task (Slurm %s)", tc.gpus, v.local, v.hca, tc.want, slurmVersion(c))
 				}
 				if want := nicOf(v.bus[0]); v.ucx != want || v.nic != want {
-					t.Errorf("%s task %d (GPU %s): UCX_NET_DEVICES=%s GPUBIND_NIC=%s, want its own %s", tc.gpus, v.lid, v.bus[0], v.ucx, v.nic, want)
+					t.Errorf("%s task %d (GPU %s): UCX_NET_DEVICES=%s GPUBIND_NIC=%s, want its own %s", tc.gpus, v.local, v.bus[0], v.ucx, v.nic, want)
 				}
 			}
 		}
@@ -104,7 +104,7 @@ func TestNCCLTrustSlurm(t *testing.T) {
 		for _, v := range vs {
 			checkVisible(t, v, true)
 			if len(v.visible) != 4 || !slices.Equal(v.cuda, []string{"0"}) {
-				t.Errorf("task %d: CUDA_VISIBLE_DEVICES=%v GPUBIND_CUDA_DEVICES=%v, want 4 GPUs, its own first", v.lid, v.visible, v.cuda)
+				t.Errorf("task %d: CUDA_VISIBLE_DEVICES=%v GPUBIND_CUDA_DEVICES=%v, want 4 GPUs, its own first", v.local, v.visible, v.cuda)
 			}
 		}
 		if vs[0].bus[0] == vs[1].bus[0] {
@@ -114,8 +114,8 @@ func TestNCCLTrustSlurm(t *testing.T) {
 	t.Run("visible=localid", func(t *testing.T) {
 		for _, v := range run(t, 4, "-n4", "--gpus=4", "--cpu-bind=map_cpu:0,1,0,1", "--gpu-bind-topo=closest,visible=localid") {
 			checkVisible(t, v, true)
-			if !slices.Equal(v.cuda, []string{strconv.Itoa(v.lid)}) {
-				t.Errorf("task %d: GPUBIND_CUDA_DEVICES=%v, want entry SLURM_LOCALID", v.lid, v.cuda)
+			if !slices.Equal(v.cuda, []string{strconv.Itoa(v.local)}) {
+				t.Errorf("task %d: GPUBIND_CUDA_DEVICES=%v, want entry SLURM_LOCALID", v.local, v.cuda)
 			}
 		}
 	})
@@ -201,7 +201,7 @@ func TestNCCLTrustSlurm(t *testing.T) {
 		for _, v := range run(t, 2, "-n2", "--gpus=4", "--cpu-bind=map_cpu:0,1", "--gpu-bind-topo=closest") {
 			checkVisible(t, v, false)
 			if len(v.visible) != 1 {
-				t.Errorf("task %d sees %v", v.lid, v.visible)
+				t.Errorf("task %d sees %v", v.local, v.visible)
 			}
 		}
 	})

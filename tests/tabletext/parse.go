@@ -148,8 +148,7 @@ func parseLine(t *gpubind.Table, key, rest string, seen map[string]bool) error {
 	case "mode":
 		if err = once(); err == nil {
 			if err = want(1); err == nil {
-				t.Mode = f[0]
-				if t.Mode != gpubind.ModeEnforce && t.Mode != gpubind.ModeOptional {
+				if t.Mode, err = gpubind.ParseMode(f[0]); err != nil {
 					err = fmt.Errorf("%q: want enforce or optional", trunc(f[0]))
 				}
 			}
