@@ -2,6 +2,7 @@ package gpubind_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -180,6 +181,15 @@ func fabricPlan(t *testing.T, f *gpubind.Fabric, mod func(*gpubind.Topology), di
 	}
 	if tab.IMEXDir != "" {
 		tab.IMEXDir = dir
+	}
+	// The GPUs' device nodes exist (plain files here): a missing node is one the task
+	// cannot open, and the device limit runs whenever denied is given.
+	devs := t.TempDir()
+	for i := range tab.GPUs {
+		tab.GPUs[i].Dev = filepath.Join(devs, fmt.Sprintf("nvidia%d", i))
+		if err := os.WriteFile(tab.GPUs[i].Dev, nil, 0o666); err != nil {
+			t.Fatal(err)
+		}
 	}
 	rt, err := rule.Parse(tab.String())
 	if err != nil {
