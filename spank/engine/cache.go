@@ -59,13 +59,20 @@ func cacheKey(req *Request) (string, error) {
 		strings.TrimSpace(string(boot)), driver, migLayout(req.Root), src, root, snap), nil
 }
 
-// migLayout lists the MIG GPU and compute instances the driver exposes
-// (ROOT/proc/driver/nvidia/capabilities/gpuN/mig/giG/ciC, no NVML needed): repartitioning
-// without a reboot changes it, and with it the cached discovery.
+// migCaps and migGlobs name the files of the MIG GPU and compute instances the driver
+// exposes (ROOT/proc/driver/nvidia/capabilities/gpuN/mig/giG/ciC). The front end's plan
+// cache key globs the same (spank/frontend/plancache.c); TestMIGGlobsAgree checks it.
+const migCaps = "/proc/driver/nvidia/capabilities"
+
+var migGlobs = []string{"gpu*/mig/gi*", "gpu*/mig/gi*/ci*"}
+
+// migLayout lists the MIG GPU and compute instances the driver exposes (migGlobs, no
+// NVML needed): repartitioning without a reboot changes it, and with it the cached
+// discovery.
 func migLayout(root string) string {
-	base := filepath.Join(root, "/proc/driver/nvidia/capabilities")
+	base := filepath.Join(root, migCaps)
 	var all []string
-	for _, pat := range []string{"gpu*/mig/gi*", "gpu*/mig/gi*/ci*"} {
+	for _, pat := range migGlobs {
 		m, _ := filepath.Glob(filepath.Join(base, pat))
 		for _, p := range m {
 			if rel, err := filepath.Rel(base, p); err == nil {

@@ -60,3 +60,20 @@ func TestEnvKeysNamedOnce(t *testing.T) {
 		t.Errorf("env keys disagree:\nPROTOCOL.md %v\nstepd.c     %v\nengine.go   %v", doc, c, goKeys)
 	}
 }
+
+// The front end's plan cache key (spank/frontend/plancache.c) globs the same MIG files,
+// in the same order, as the engine's topology cache key (migCaps, migGlobs): a MIG
+// repartition must invalidate both.
+func TestMIGGlobsAgree(t *testing.T) {
+	b, err := os.ReadFile("../frontend/plancache.c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c []string
+	for _, m := range regexp.MustCompile(`"%s`+regexp.QuoteMeta(migCaps)+`/([^"]*)"`).FindAllStringSubmatch(string(b), -1) {
+		c = append(c, m[1])
+	}
+	if !slices.Equal(c, migGlobs) {
+		t.Errorf("plancache.c globs %s/%v, the engine %s/%v", migCaps, c, migCaps, migGlobs)
+	}
+}
