@@ -43,7 +43,9 @@ rm -f "$out/build/gpubind_engine.h"
 # The program slurmstepd starts to plan (slurm.sh installs a root-owned copy and names it).
 go build -trimpath -ldflags "-s -w" -tags gpubind_launcher -o "$out/build/gpubind-launcher" ./spank/engine
 # The CLI and the helper from `make build` (build/), so that only .gpu/ needs to travel.
-cp build/gpubind build/libgpuhelper.so.1 "$out/build/"
+cp build/gpubind build/libgpuhelper.so.1 build/nvmlcost "$out/build/"
+# The link name too, so that tests/gpu/run.sh can build against the bundle (BUILD=.gpu/build).
+ln -sf libgpuhelper.so.1 "$out/build/libgpuhelper.so"
 if [[ -n ${GPUBIND_OLD_REV:-} ]]; then
 	old=$(mktemp -d)
 	git worktree add -q --detach "$old/src" "$GPUBIND_OLD_REV"

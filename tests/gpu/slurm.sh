@@ -439,7 +439,7 @@ section "3b. default=closest mode=enforce: jobs that did not ask see what they s
 # what CUDA sees must agree, except in a GPU step that asked for no binding, and there only in
 # CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER and GPUBIND_*.
 dump='env | LC_ALL=C sort | sed "s/^/E $SLURM_PROCID /"; echo "C $SLURM_PROCID $('"$work"'/cudaprobe 2>&1 | tr "\n" " ")"'
-volatile='^E [0-9]+ (SLURM_(JOB_ID|JOBID|JOB_SLUID|[A-Z_]*_SLUID|ARRAY_JOB_ID|HET_JOB_ID|JOB_START_TIME|JOB_END_TIME|TASK_PID|SRUN_COMM_PORT|STEP_LAUNCHER_PORT|LAUNCH_NODE_IPADDR|SRUN_COMM_HOST|SPANK_[A-Z_]*)|PMI[A-Z_]*|PMIX[A-Z_]*|OMPI_[A-Z_]*|TMPDIR|OLDPWD|_|SHLVL)='
+volatile='^E [0-9]+ (SLURM_(JOB_ID|JOBID|JOB_SLUID|[A-Z_]*_SLUID|ARRAY_JOB_ID|HET_JOB_ID|JOB_START_TIME|JOB_END_TIME|TASK_PID|SRUN_COMM_PORT|STEP_LAUNCHER_PORT|LAUNCH_NODE_IPADDR|SRUN_COMM_HOST|SPANK_[A-Z_]*|PMIXP_[A-Z_]*)|PMI[A-Za-z0-9_]*|OMPI_[A-Za-z0-9_]*|TMPDIR|OLDPWD|_|SHLVL)='
 bindvars='^E [0-9]+ (CUDA_VISIBLE_DEVICES|CUDA_DEVICE_ORDER|GPUBIND_[A-Z_]*)='
 sd_run() { # sd_run FILE ARGS...: one job, normalised
 	local f=$1 rc
