@@ -37,8 +37,10 @@ die() { echo "atf.sh: $*" >&2; exit 1; }
 [[ -x $pytest ]] || die "$pytest not found: apt-get install python3-pytest python3-pexpect python3-requests"
 
 # The ATF runs its commands through sudo and skips everything without unprompted sudo rights.
-sudo -ln 2>/dev/null | grep -q '(ALL.*) NOPASSWD: ALL' ||
-	die "the ATF needs unprompted sudo: apt-get install sudo; echo 'root ALL=(ALL:ALL) NOPASSWD: ALL' >/etc/sudoers.d/atf-root"
+# It runs some commands through sudo, which must keep SLURM_CONF (the private cluster).
+sudoers="printf 'root ALL=(ALL:ALL) NOPASSWD: ALL\\nDefaults env_keep += \"SLURM_CONF\"\\n' >/etc/sudoers.d/atf-root"
+sudo -ln 2>/dev/null | grep -q '(ALL.*) NOPASSWD: ALL' || die "the ATF needs unprompted sudo: apt-get install sudo; $sudoers"
+sudo -ln 2>/dev/null | grep -q 'SLURM_CONF' || die "sudo must keep SLURM_CONF: $sudoers"
 
 prefix=$("$root/tests/slurm/build.sh" "$version")
 src_dir=${SLURM_SRC_DIR:-}
