@@ -128,7 +128,7 @@ static int is_root_dir(const struct gb_cg *cg, const char *dir)
 }
 
 /* dir minus its last component, in place; 0 when there is none. */
-static int up(char *dir)
+static int strip_last_component(char *dir)
 {
 	char *s = strrchr(dir, '/');
 
@@ -310,7 +310,7 @@ static int find_nearest(const struct gb_cg *cg, const char *dir,
 			snprintf(n->dir, sizeof(n->dir), "%s", cur);
 			return GB_CG_OK;
 		}
-		if (is_root_dir(cg, cur) || !up(cur))
+		if (is_root_dir(cg, cur) || !strip_last_component(cur))
 			break;
 	}
 	n->dir[0] = '\0';
