@@ -15,18 +15,16 @@
 #include <string.h>
 #include <unistd.h>
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
+int gb_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	(void) vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
+	if (err && errlen) {
+		va_start(ap, fmt);
+		(void) vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return rc;
 }
 
 /* Strict non-negative/negative decimal integer in [lo, hi]. */
@@ -379,7 +377,7 @@ static int line_end(struct parser *ps, char **f, int nf)
 
 	(void) nf;
 	if (parse_int(f[1], 0, INT_MAX, &v) || v != ps->lineno - 1) {
-		seterr(ps->err, ps->errlen,
+		(void) gb_errf(ps->err, ps->errlen, 0,
 		       "plan truncated or corrupt: end line says %s lines, %d were read",
 		       f[1], ps->lineno - 1);
 		return LINE_FAILED;
@@ -701,7 +699,7 @@ static int parse_line(struct parser *ps, char *p)
 
 	if (ps->lineno == 1) {
 		if (strcmp(p, "gpubind-plan 1")) {
-			seterr(ps->err, ps->errlen,
+			(void) gb_errf(ps->err, ps->errlen, 0,
 			       "plan line 1 is not \"gpubind-plan 1\"");
 			return LINE_FAILED;
 		}
@@ -734,13 +732,13 @@ static int resolve_numagpus(struct parser *ps)
 			if (t->numa[j].node == ng->node)
 				n = &t->numa[j];
 		if (!n || n->gpus) {
-			seterr(ps->err, ps->errlen,
+			(void) gb_errf(ps->err, ps->errlen, 0,
 			       "plan: numagpus line for NUMA node %d %s",
 			       ng->node, n ? "repeats" : "has no numa line");
 			return -1;
 		}
 		if ((bad = check_ids(ng->ids, ng->n, t->ngpus)) >= 0) {
-			seterr(ps->err, ps->errlen,
+			(void) gb_errf(ps->err, ps->errlen, 0,
 			       "plan: numagpus %d names GPU %d, not in the %d gpu lines",
 			       ng->node, bad, t->ngpus);
 			return -1;
@@ -794,25 +792,25 @@ static int validate(struct parser *ps)
 	struct gb_table *t = ps->t;
 
 	if (!ps->ended) {
-		seterr(ps->err, ps->errlen,
+		(void) gb_errf(ps->err, ps->errlen, 0,
 		       "plan truncated: no end line after %d lines", ps->lineno);
 		return -1;
 	}
 	if (!ps->have_status) {
-		seterr(ps->err, ps->errlen, "plan has no status line");
+		(void) gb_errf(ps->err, ps->errlen, 0, "plan has no status line");
 		return -1;
 	}
 	if (t->status == GB_STATUS_ERROR)
 		return 0;
 	if (!ps->have_rule || !ps->have_ntasks) {
-		seterr(ps->err, ps->errlen, "plan lacks its %s line",
+		(void) gb_errf(ps->err, ps->errlen, 0, "plan lacks its %s line",
 		       !ps->have_rule ? "rule" : "ntasks");
 		return -1;
 	}
 	if (resolve_numagpus(ps))
 		return -1;
 	if (check_ids(t->fallback, t->nfallback, t->ngpus) >= 0) {
-		seterr(ps->err, ps->errlen,
+		(void) gb_errf(ps->err, ps->errlen, 0,
 		       "plan: fallback names a GPU without gpu line");
 		return -1;
 	}
@@ -820,19 +818,19 @@ static int validate(struct parser *ps)
 		int bad;
 
 		if (!t->tasks[i].seen) {
-			seterr(ps->err, ps->errlen,
+			(void) gb_errf(ps->err, ps->errlen, 0,
 			       "plan has no line for task %d of %d", i, t->ntasks);
 			return -1;
 		}
 		if (t->tasks[i].ngpus > GB_MAX_PER_TASK) {
-			seterr(ps->err, ps->errlen,
+			(void) gb_errf(ps->err, ps->errlen, 0,
 			       "plan: task %d has %d GPUs (expected 0..%d)", i,
 			       t->tasks[i].ngpus, GB_MAX_PER_TASK);
 			return -1;
 		}
 		if ((bad = check_ids(t->tasks[i].gpus, t->tasks[i].ngpus,
 				     t->ngpus)) >= 0) {
-			seterr(ps->err, ps->errlen,
+			(void) gb_errf(ps->err, ps->errlen, 0,
 			       "plan: task %d names GPU %d, not in the %d gpu lines",
 			       i, bad, t->ngpus);
 			return -1;
@@ -840,7 +838,7 @@ static int validate(struct parser *ps)
 	}
 	for (int i = 0; i < t->ngpus; i++)
 		if (check_ids(t->gpus[i].near, t->gpus[i].nnear, t->ngpus) >= 0) {
-			seterr(ps->err, ps->errlen,
+			(void) gb_errf(ps->err, ps->errlen, 0,
 			       "plan: near %d names a GPU without gpu line", i);
 			return -1;
 		}
@@ -849,7 +847,7 @@ static int validate(struct parser *ps)
 	if (gb_fabric_validate(t, ps->err, ps->errlen))
 		return -1;
 	if (index_units(t)) {
-		seterr(ps->err, ps->errlen,
+		(void) gb_errf(ps->err, ps->errlen, 0,
 		       "out of memory while reading the plan");
 		return -1;
 	}
@@ -866,7 +864,7 @@ static int parse_lines(struct parser *ps, char *buf)
 		int rc;
 
 		if (!nl) {
-			seterr(ps->err, ps->errlen,
+			(void) gb_errf(ps->err, ps->errlen, 0,
 			       "plan truncated: line %d has no newline",
 			       ps->lineno + 1);
 			return -1;
@@ -874,12 +872,12 @@ static int parse_lines(struct parser *ps, char *buf)
 		*nl = '\0';
 		next = nl + 1;
 		if (ps->ended) {
-			seterr(ps->err, ps->errlen,
+			(void) gb_errf(ps->err, ps->errlen, 0,
 			       "plan has data after its end line");
 			return -1;
 		}
 		if (nl - p > GB_TABLE_MAX_LINE) {
-			seterr(ps->err, ps->errlen,
+			(void) gb_errf(ps->err, ps->errlen, 0,
 			       "plan line %d is longer than %d bytes",
 			       ps->lineno + 1, GB_TABLE_MAX_LINE);
 			return -1;
@@ -887,11 +885,11 @@ static int parse_lines(struct parser *ps, char *buf)
 		ps->lineno++;
 		rc = parse_line(ps, p);
 		if (rc == LINE_MALFORMED)
-			seterr(ps->err, ps->errlen,
+			(void) gb_errf(ps->err, ps->errlen, 0,
 			       "plan line %d is malformed (starts with \"%.32s\")",
 			       ps->lineno, p);
 		else if (rc == LINE_OOM)
-			seterr(ps->err, ps->errlen,
+			(void) gb_errf(ps->err, ps->errlen, 0,
 			       "out of memory while reading the plan");
 		if (rc)
 			return -1;
@@ -910,21 +908,21 @@ int gb_table_parse(const char *text, size_t len, struct gb_table *t,
 	t->share = 1;
 	t->per_task = 1;
 	if (len > GB_TABLE_MAX_BYTES) {
-		seterr(err, errlen, "plan is %zu bytes, more than the limit of %d",
+		(void) gb_errf(err, errlen, 0, "plan is %zu bytes, more than the limit of %d",
 		       len, GB_TABLE_MAX_BYTES);
 		return -1;
 	}
 	if (len == 0) {
-		seterr(err, errlen, "plan is empty (the engine wrote nothing)");
+		(void) gb_errf(err, errlen, 0, "plan is empty (the engine wrote nothing)");
 		return -1;
 	}
 	if (memchr(text, '\0', len)) {
-		seterr(err, errlen, "plan holds a NUL byte");
+		(void) gb_errf(err, errlen, 0, "plan holds a NUL byte");
 		return -1;
 	}
 	buf = malloc(len + 1);
 	if (!buf) {
-		seterr(err, errlen, "out of memory");
+		(void) gb_errf(err, errlen, 0, "out of memory");
 		return -1;
 	}
 	memcpy(buf, text, len);
@@ -1196,11 +1194,11 @@ int gb_rule_apply(const struct gb_table *t, int lid,
 
 	memset(r, 0, sizeof(*r));
 	if (t->status == GB_STATUS_ERROR) {
-		seterr(err, errlen, "plan has status error");
+		(void) gb_errf(err, errlen, 0, "plan has status error");
 		return -1;
 	}
 	if (lid < 0 || lid >= t->ntasks) {
-		seterr(err, errlen, "task %d is not in the plan of %d tasks",
+		(void) gb_errf(err, errlen, 0, "task %d is not in the plan of %d tasks",
 		       lid, t->ntasks);
 		return -1;
 	}
@@ -1275,7 +1273,7 @@ int gb_result_restrict(const struct gb_table *t, struct gb_result *r,
 	if (!denied || !want)
 		return 0;
 	if (denied == t->ngpus) {
-		seterr(err, errlen,
+		(void) gb_errf(err, errlen, 0,
 		       "the task may open none of the step's %d GPUs (%s%s%s)",
 		       t->ngpus,
 		       first_e == ENOENT ? "no device node " :

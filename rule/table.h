@@ -153,6 +153,13 @@ struct gb_result {
  * naming the line. A table with "status error" parses fine (check
  * t->status). The table must end with a correct "end N" line.
  */
+/*
+ * Formats an error message into err (when err and errlen are set) and returns
+ * rc: the one "error into a caller's buffer" helper of the C code.
+ */
+int gb_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
 int gb_table_parse(const char *text, size_t len, struct gb_table *t,
 		   char *err, size_t errlen);
 void gb_table_free(struct gb_table *t);

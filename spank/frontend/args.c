@@ -4,41 +4,29 @@
  */
 #include "gpubind.h"
 #include "plancache.h"
+#include "table.h"
 
 #include <errno.h>
 #include <stddef.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct gb_config gb_conf;
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	(void) vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return -1;
-}
 
 static int set_str(char *dst, size_t len, const char *key, const char *val,
 		   int path, char *err, size_t errlen)
 {
 	if (strlen(val) >= len)
-		return fail(err, errlen,
+		return gb_errf(err, errlen, -1,
 			    "plugstack argument %s= is longer than %zu bytes",
 			    key, len - 1);
 	if (strpbrk(val, "\n\r"))
-		return fail(err, errlen,
+		return gb_errf(err, errlen, -1,
 			    "plugstack argument %s= holds a newline", key);
 	if (path && val[0] != '/')
-		return fail(err, errlen,
+		return gb_errf(err, errlen, -1,
 			    "plugstack argument %s=%s: expected an absolute path",
 			    key, val);
 	strcpy(dst, val);
@@ -62,7 +50,7 @@ static int set_tristate(struct gb_config *c, const char *key, const char *val,
 		return add_list(c->force, sizeof(c->force), key);
 	if (!strcmp(val, "never"))
 		return add_list(c->never, sizeof(c->never), key);
-	return fail(err, errlen,
+	return gb_errf(err, errlen, -1,
 		    "plugstack argument %s=%s: expected allow, force or never",
 		    key, val);
 }
@@ -77,7 +65,7 @@ static int set_number(int *dst, const char *key, const char *val, long lo,
 	errno = 0;
 	v = strtol(val, &end, 10);
 	if (errno || !*val || *end || v < lo || v > hi)
-		return fail(err, errlen,
+		return gb_errf(err, errlen, -1,
 			    "plugstack argument %s=%s: expected %s", key, val,
 			    expected);
 	*dst = (int) v;
@@ -123,7 +111,7 @@ static int set_key(struct gb_config *c, const struct key *k, const char *val,
 			       k->kind == K_PATH, err, errlen);
 	case K_MODE:
 		if (strcmp(val, "enforce") && strcmp(val, "optional"))
-			return fail(err, errlen,
+			return gb_errf(err, errlen, -1,
 				    "plugstack argument mode=%s: expected enforce or optional",
 				    val);
 		c->mode_optional = !strcmp(val, "optional");
@@ -131,7 +119,7 @@ static int set_key(struct gb_config *c, const struct key *k, const char *val,
 	case K_SOURCE:
 		if (strcmp(val, "auto") && strcmp(val, "nvml") &&
 		    strcmp(val, "sysfs") && strcmp(val, "snapshot"))
-			return fail(err, errlen,
+			return gb_errf(err, errlen, -1,
 				    "plugstack argument source=%s: expected auto, nvml, sysfs or snapshot",
 				    val);
 		strcpy(c->source, val);
@@ -152,7 +140,7 @@ static int set_key(struct gb_config *c, const struct key *k, const char *val,
 		    strstr(val, ",,") ||
 		    strspn(val, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 				"0123456789_.-,") != strlen(val))
-			return fail(err, errlen,
+			return gb_errf(err, errlen, -1,
 				    "plugstack argument nics=%s: expected RDMA device names separated by commas, as in nics=mlx5_0,mlx5_3",
 				    val);
 		return set_str((char *) c + k->off, k->len, k->name, val, 0,
@@ -168,7 +156,7 @@ static const struct key *find_key(const char *arg, char *err, size_t errlen)
 	char known[256] = "";
 
 	if (!eq || eq == arg) {
-		fail(err, errlen, "plugstack argument \"%s\": expected key=value",
+		gb_errf(err, errlen, -1, "plugstack argument \"%s\": expected key=value",
 		     arg);
 		return NULL;
 	}
@@ -179,7 +167,7 @@ static const struct key *find_key(const char *arg, char *err, size_t errlen)
 	for (size_t k = 0; k < NKEYS; k++)
 		(void) snprintf(known + strlen(known), sizeof(known) - strlen(known),
 				"%s%s", k ? ", " : "", keys[k].name);
-	fail(err, errlen, "unknown plugstack argument \"%s\" (known: %s)", arg,
+	gb_errf(err, errlen, -1, "unknown plugstack argument \"%s\" (known: %s)", arg,
 	     known);
 	return NULL;
 }
@@ -200,13 +188,13 @@ int gb_config_parse(int ac, char **av, struct gb_config *c, char *err,
 		if (!k)
 			return -1;
 		if (seen[k - keys]++)
-			return fail(err, errlen,
+			return gb_errf(err, errlen, -1,
 				    "plugstack argument %s= given twice", k->name);
 		if (set_key(c, k, strchr(av[i], '=') + 1, err, errlen))
 			return -1;
 	}
 	if (!strcmp(c->source, "snapshot") && !c->snapshot[0])
-		return fail(err, errlen,
+		return gb_errf(err, errlen, -1,
 			    "plugstack argument source=snapshot needs snapshot=FILE");
 	return 0;
 }

@@ -14,18 +14,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int gb_cg_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return rc;
-}
-
 int gb_cg_write_file(const char *path, const char *text, char *err,
 		     size_t errlen)
 {
@@ -35,19 +23,19 @@ int gb_cg_write_file(const char *path, const char *text, char *err,
 
 	fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR, "open %s: %s",
+		return gb_errf(err, errlen, GB_CG_ERROR, "open %s: %s",
 				  path, strerror(errno));
 	n = write(fd, text, len);
 	e = errno;
 	if (close(fd) < 0 && n == (ssize_t)len)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR, "close %s: %s",
+		return gb_errf(err, errlen, GB_CG_ERROR, "close %s: %s",
 				  path, strerror(errno));
 	if (n < 0)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "write \"%s\" to %s: %s", text, path,
 				  strerror(e));
 	if ((size_t)n != len)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "write \"%s\" to %s: short write", text, path);
 	return GB_CG_OK;
 }
@@ -61,12 +49,12 @@ int gb_cg_read_file(const char *path, char *buf, size_t len, char *err,
 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR, "open %s: %s",
+		return gb_errf(err, errlen, GB_CG_ERROR, "open %s: %s",
 				  path, strerror(errno));
 	for (;;) {
 		if (off + 1 >= len) {
 			close(fd);
-			return gb_cg_errf(err, errlen, GB_CG_ERROR,
+			return gb_errf(err, errlen, GB_CG_ERROR,
 					  "read %s: more than %zu bytes", path,
 					  len - 1);
 		}
@@ -76,7 +64,7 @@ int gb_cg_read_file(const char *path, char *buf, size_t len, char *err,
 		if (n < 0) {
 			int e = errno;
 			close(fd);
-			return gb_cg_errf(err, errlen, GB_CG_ERROR,
+			return gb_errf(err, errlen, GB_CG_ERROR,
 					  "read %s: %s", path, strerror(e));
 		}
 		if (n == 0)
@@ -85,7 +73,7 @@ int gb_cg_read_file(const char *path, char *buf, size_t len, char *err,
 	}
 	buf[off] = '\0';
 	if (close(fd) < 0)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR, "close %s: %s",
+		return gb_errf(err, errlen, GB_CG_ERROR, "close %s: %s",
 				  path, strerror(errno));
 	return GB_CG_OK;
 }
@@ -109,7 +97,7 @@ int gb_cg_join(char *buf, size_t len, const char *a, const char *b,
 	else
 		n = snprintf(buf, len, "%.*s/%s", (int)al, a, b);
 	if (n < 0 || (size_t)n >= len)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "path %s/%s is longer than %zu bytes", a, b,
 				  len - 1);
 	return GB_CG_OK;
@@ -176,7 +164,7 @@ static int parse_mountinfo(struct gb_cg *cg, const char *path, char *err,
 
 	f = fopen(path, "re");
 	if (!f)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR, "open %s: %s",
+		return gb_errf(err, errlen, GB_CG_ERROR, "open %s: %s",
 				  path, strerror(errno));
 	while (fgets(line, sizeof(line), f)) {
 		char *fields[64], *save = NULL, *tok;
@@ -185,7 +173,7 @@ static int parse_mountinfo(struct gb_cg *cg, const char *path, char *err,
 		lineno++;
 		if (!strchr(line, '\n') && !feof(f)) {
 			fclose(f);
-			return gb_cg_errf(err, errlen, GB_CG_ERROR,
+			return gb_errf(err, errlen, GB_CG_ERROR,
 					  "%s line %d: longer than %zu bytes",
 					  path, lineno, sizeof(line) - 1);
 		}
@@ -200,7 +188,7 @@ static int parse_mountinfo(struct gb_cg *cg, const char *path, char *err,
 		}
 		if (n < 6 || dash < 0 || dash + 3 > n) {
 			fclose(f);
-			return gb_cg_errf(err, errlen, GB_CG_ERROR,
+			return gb_errf(err, errlen, GB_CG_ERROR,
 					  "%s line %d: expected \"ID PARENT "
 					  "DEV ROOT MOUNTPOINT OPTS ... - "
 					  "FSTYPE SOURCE SUPEROPTS\"",
@@ -235,13 +223,13 @@ static int parse_mountinfo(struct gb_cg *cg, const char *path, char *err,
 		continue;
 toolong:
 		fclose(f);
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "%s line %d: cgroup mount path longer than "
 				  "%d bytes", path, lineno, GB_CG_PATHLEN - 1);
 	}
 	if (ferror(f)) {
 		fclose(f);
-		return gb_cg_errf(err, errlen, GB_CG_ERROR, "read %s: %s",
+		return gb_errf(err, errlen, GB_CG_ERROR, "read %s: %s",
 				  path, strerror(errno));
 	}
 	fclose(f);
@@ -266,7 +254,7 @@ int gb_cg_pid_dir(pid_t pid, const struct gb_cg_mount *m, const char *ctrl,
 		int match;
 
 		if (!c1 || !(c2 = strchr(c1 + 1, ':')))
-			return gb_cg_errf(err, errlen, GB_CG_ERROR,
+			return gb_errf(err, errlen, GB_CG_ERROR,
 					  "%s: line \"%s\" is not "
 					  "ID:CONTROLLERS:PATH", path, line);
 		*c2 = '\0';
@@ -283,7 +271,7 @@ int gb_cg_pid_dir(pid_t pid, const struct gb_cg_mount *m, const char *ctrl,
 		if (strcmp(m->root, "/") != 0) {
 			if (strncmp(cgpath, m->root, rl) != 0 ||
 			    (cgpath[rl] != '/' && cgpath[rl] != '\0'))
-				return gb_cg_errf(err, errlen, GB_CG_ERROR,
+				return gb_errf(err, errlen, GB_CG_ERROR,
 						  "pid %ld is in %s:%s, outside "
 						  "the mounted part %s at %s",
 						  (long)pid,
@@ -293,7 +281,7 @@ int gb_cg_pid_dir(pid_t pid, const struct gb_cg_mount *m, const char *ctrl,
 		}
 		return gb_cg_join(dir, len, m->dir, cgpath, err, errlen);
 	}
-	return gb_cg_errf(err, errlen, GB_CG_ERROR, "%s has no %s line", path,
+	return gb_errf(err, errlen, GB_CG_ERROR, "%s has no %s line", path,
 			  ctrl ? ctrl : "cgroup2 (0::)");
 }
 
@@ -338,7 +326,7 @@ int gb_cg_rmdir(const char *dir, char *err, size_t errlen)
 			break;
 		evict(dir);
 	}
-	return gb_cg_errf(err, errlen, GB_CG_ERROR, "rmdir %s: %s", dir,
+	return gb_errf(err, errlen, GB_CG_ERROR, "rmdir %s: %s", dir,
 			  strerror(e));
 }
 
@@ -352,14 +340,14 @@ int gb_cg_mkdir_fresh(const char *dir, char *err, size_t errlen)
 		return GB_CG_OK;
 	if (errno == EEXIST) {
 		if (rmdir(dir) < 0)
-			return gb_cg_errf(err, errlen, GB_CG_ERROR,
+			return gb_errf(err, errlen, GB_CG_ERROR,
 					  "%s exists from an earlier run and "
 					  "cannot be removed: %s", dir,
 					  strerror(errno));
 		if (mkdir(dir, 0755) == 0)
 			return GB_CG_OK;
 	}
-	return gb_cg_errf(err, errlen, GB_CG_ERROR, "mkdir %s: %s", dir,
+	return gb_errf(err, errlen, GB_CG_ERROR, "mkdir %s: %s", dir,
 			  strerror(errno));
 }
 
@@ -422,7 +410,7 @@ int gb_cg_narrow_cpuset(const char *dir, const char *parent_cpus_file,
 		if (rc)
 			return rc;
 		if (parse_cgroup_list(buf, &have) < 0)
-			return gb_cg_errf(err, errlen, GB_CG_ERROR,
+			return gb_errf(err, errlen, GB_CG_ERROR,
 					  "%s: \"%s\" is not a list like "
 					  "0-3,8", part[i].parent, buf);
 		if (part[i].want)
@@ -439,7 +427,7 @@ int gb_cg_narrow_cpuset(const char *dir, const char *parent_cpus_file,
 			gb_format_cpulist(part[i].want ? part[i].want : &have,
 					  w, sizeof(w));
 			gb_format_cpulist(&have, h, sizeof(h));
-			return gb_cg_errf(err, errlen, GB_CG_REFUSED,
+			return gb_errf(err, errlen, GB_CG_REFUSED,
 					  "cpus: the wanted %s %s lie outside "
 					  "the %s %s allowed by %s",
 					  part[i].what, w, part[i].what, h,
@@ -478,19 +466,19 @@ int gb_cg_prepare(struct gb_cg **out, const struct gb_cg_config *cfg,
 
 	*out = NULL;
 	if (cfg->ntasks <= 0 || cfg->ntasks > 65536)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "cgroup: %d local tasks; expected 1..65536",
 				  cfg->ntasks);
 	if (cfg->flags & ~(GB_CG_ISOLATE | GB_CG_CPUS))
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "cgroup: unknown flags 0x%x", cfg->flags);
 	if (cfg->version != GB_CG_AUTO && cfg->version != GB_CG_V1 &&
 	    cfg->version != GB_CG_V2)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "cgroup: version %d; expected 0 (auto), 1 "
 				  "or 2", cfg->version);
 	if ((cfg->flags & GB_CG_ISOLATE) && cfg->mig)
-		return gb_cg_errf(err, errlen, GB_CG_REFUSED,
+		return gb_errf(err, errlen, GB_CG_REFUSED,
 				  "isolate is not supported with MIG devices: "
 				  "MIG instances share their GPU's "
 				  "/dev/nvidiaN and are opened through "
@@ -500,12 +488,12 @@ int gb_cg_prepare(struct gb_cg **out, const struct gb_cg_config *cfg,
 				  "instances)");
 	cg = calloc(1, sizeof(*cg));
 	if (!cg)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "cgroup: out of memory");
 	cg->tasks = calloc((size_t)cfg->ntasks, sizeof(*cg->tasks));
 	if (!cg->tasks) {
 		free(cg);
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "cgroup: out of memory for %d tasks",
 				  cfg->ntasks);
 	}
@@ -525,7 +513,7 @@ int gb_cg_prepare(struct gb_cg **out, const struct gb_cg_config *cfg,
 		int m = cfg->step_minors[i];
 		if (m < 0 || m > GB_CG_MAX_GPU_MINOR) {
 			if (cfg->flags & GB_CG_ISOLATE) {
-				rc = gb_cg_errf(err, errlen, GB_CG_REFUSED,
+				rc = gb_errf(err, errlen, GB_CG_REFUSED,
 						"isolate needs the /dev/nvidiaN "
 						"minor of every step GPU; step "
 						"GPU %d has minor %d (expected "
@@ -553,7 +541,7 @@ int gb_cg_prepare(struct gb_cg **out, const struct gb_cg_config *cfg,
 	}
 	if (cg->version == GB_CG_V1 && (cfg->flags & GB_CG_ISOLATE) &&
 	    !cg->devices.found) {
-		rc = gb_cg_errf(err, errlen, GB_CG_REFUSED,
+		rc = gb_errf(err, errlen, GB_CG_REFUSED,
 				"isolate: no cgroup v1 devices hierarchy in "
 				"%s", cfg->mountinfo ? cfg->mountinfo
 						     : "/proc/self/mountinfo");
@@ -572,7 +560,7 @@ int gb_cg_prepare(struct gb_cg **out, const struct gb_cg_config *cfg,
 
 		if (!(cfg->flags & flag) || !m->found || !m->comount[0])
 			continue;
-		rc = gb_cg_errf(err, errlen, GB_CG_REFUSED,
+		rc = gb_errf(err, errlen, GB_CG_REFUSED,
 				"%s: the cgroup v1 %s hierarchy at %s is "
 				"co-mounted with %s, by which Slurm finds the "
 				"step's tasks (proctrack/cgroup, "
@@ -584,7 +572,7 @@ int gb_cg_prepare(struct gb_cg **out, const struct gb_cg_config *cfg,
 		goto fail;
 	}
 	if (cg->version == GB_CG_V2 && !cg->unified.found) {
-		rc = gb_cg_errf(err, errlen, GB_CG_REFUSED,
+		rc = gb_errf(err, errlen, GB_CG_REFUSED,
 				"cgroup: neither a cgroup v1 %s hierarchy nor "
 				"cgroup2 is mounted (%s)",
 				(cfg->flags & GB_CG_ISOLATE) ? "devices"
@@ -618,16 +606,16 @@ int gb_cg_apply(struct gb_cg *cg, int local_id, pid_t pid, const int *minors,
 	int i;
 
 	if (!cg || local_id < 0 || local_id >= cg->ntasks)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "cgroup: local task id %d out of range 0..%d",
 				  local_id, cg ? cg->ntasks - 1 : -1);
 	if (pid <= 0)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "cgroup: task %d: bad pid %ld", local_id,
 				  (long)pid);
 	t = &cg->tasks[local_id];
 	if (t->applied)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "cgroup: task %d already applied", local_id);
 	memset(allow, 0, sizeof(allow));
 	if (cg->flags & GB_CG_ISOLATE) {
@@ -636,7 +624,7 @@ int gb_cg_apply(struct gb_cg *cg, int local_id, pid_t pid, const int *minors,
 			int m = minors[i];
 			if (m < 0 || m > GB_CG_MAX_GPU_MINOR ||
 			    !cg->step_minor[m])
-				return gb_cg_errf(err, errlen, GB_CG_REFUSED,
+				return gb_errf(err, errlen, GB_CG_REFUSED,
 						  "isolate: task %d: minor %d "
 						  "is not a GPU of this step",
 						  local_id, m);
@@ -650,7 +638,7 @@ int gb_cg_apply(struct gb_cg *cg, int local_id, pid_t pid, const int *minors,
 	if (!(cg->flags & GB_CG_ISOLATE) && !cpus && !mems)
 		return GB_CG_OK;  /* nothing to narrow */
 	if (gb_cg_task_name(cg, local_id, name, sizeof(name)) < 0)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "cgroup: task %d: cgroup name longer than "
 				  "%zu bytes", local_id, sizeof(name) - 1);
 	if (cg->version == GB_CG_V1)
@@ -666,7 +654,7 @@ int gb_cg_task_exit(struct gb_cg *cg, int local_id, char *err, size_t errlen)
 	int rc;
 
 	if (!cg || local_id < 0 || local_id >= cg->ntasks)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "cgroup: local task id %d out of range",
 				  local_id);
 	t = &cg->tasks[local_id];

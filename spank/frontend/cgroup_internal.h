@@ -6,6 +6,7 @@
 #define GPUBIND_CGROUP_INTERNAL_H
 
 #include "cgroup.h"
+#include "table.h"
 #include "cgroup_v2_prog.h"
 
 #include <stdarg.h>
@@ -69,9 +70,7 @@ struct gb_cg {
 	struct gb_cg_task *tasks;
 };
 
-/* cgroup_common.c */
-int gb_cg_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+/* cgroup_common.c (errors are formatted by gb_errf, rule/table.h) */
 int gb_cg_write_file(const char *path, const char *text, char *err,
 		     size_t errlen);
 int gb_cg_read_file(const char *path, char *buf, size_t len, char *err,

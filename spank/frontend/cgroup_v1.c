@@ -28,7 +28,7 @@ static int deny_minors(const char *dir, const unsigned char *allow, char *err,
 		return rc;
 	fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR, "open %s: %s",
+		return gb_errf(err, errlen, GB_CG_ERROR, "open %s: %s",
 				  path, strerror(errno));
 	/* One rule per write(2): the kernel parses each write as one rule. */
 	for (m = 0; m <= GB_CG_MAX_GPU_MINOR; m++) {
@@ -41,13 +41,13 @@ static int deny_minors(const char *dir, const unsigned char *allow, char *err,
 		if (write(fd, rule, (size_t)n) != n) {
 			int e = errno;
 			close(fd);
-			return gb_cg_errf(err, errlen, GB_CG_ERROR,
+			return gb_errf(err, errlen, GB_CG_ERROR,
 					  "write \"%s\" to %s: %s", rule, path,
 					  strerror(e));
 		}
 	}
 	if (close(fd) < 0)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR, "close %s: %s",
+		return gb_errf(err, errlen, GB_CG_ERROR, "close %s: %s",
 				  path, strerror(errno));
 	return GB_CG_OK;
 }
@@ -94,7 +94,7 @@ static int check_denied(const char *dir, const unsigned char *allow,
 		if (nl)
 			*nl = '\0';
 		if (allows_denied(p, allow))
-			return gb_cg_errf(err, errlen, GB_CG_REFUSED,
+			return gb_errf(err, errlen, GB_CG_REFUSED,
 					  "%s still allows \"%s\" after the "
 					  "denials: its parent's rule is a "
 					  "wildcard that cgroup v1 cannot "
@@ -152,7 +152,7 @@ int gb_cg_v1_apply(struct gb_cg *cg, struct gb_cg_task *t, const char *name,
 	if (!cpus && !mems)
 		return GB_CG_OK;
 	if (!cg->cpuset.found)
-		return gb_cg_errf(err, errlen, GB_CG_UNSUPPORTED,
+		return gb_errf(err, errlen, GB_CG_UNSUPPORTED,
 				  "cpus: no cgroup v1 cpuset hierarchy is "
 				  "mounted; CPUs not narrowed by cgroup");
 	rc = gb_cg_pid_dir(pid, &cg->cpuset, "cpuset", parent, sizeof(parent),

@@ -56,7 +56,7 @@ static int load_built(const struct gb_devprog *p, int built, const char *name,
 		      char *err, size_t errlen)
 {
 	if (built < 0)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "isolate: building BPF device program %s: "
 				  "does not fit (%u instructions)", name, p->n);
 	return gb_bpf_prog_load(p, name, err, errlen);
@@ -128,7 +128,7 @@ static int is_root_dir(const struct gb_cg *cg, const char *dir)
 }
 
 /* dir minus its last component, in place; 0 when there is none. */
-static int up(char *dir)
+static int strip_last_component(char *dir)
 {
 	char *s = strrchr(dir, '/');
 
@@ -221,7 +221,7 @@ static int place(struct gb_cg *cg, struct gb_cg_task *t, const char *name,
 	 * reads each task cgroup's own cgroup.procs, not its children's.
 	 */
 	if (in_slurm_step(t->v2_parent))
-		return gb_cg_errf(err, errlen,
+		return gb_errf(err, errlen,
 				  (cg->flags & GB_CG_ISOLATE) ? GB_CG_REFUSED
 							      : GB_CG_UNSUPPORTED,
 				  "the task is in %s, a cgroup of Slurm's that is "
@@ -261,7 +261,7 @@ static int cpuset_reachable(const struct gb_cg *cg, const struct gb_cg_task *t,
 			return rc;
 		*ok = access(path, W_OK) == 0;
 		if (!*ok && !isolate)
-			return gb_cg_errf(err, errlen, GB_CG_UNSUPPORTED,
+			return gb_errf(err, errlen, GB_CG_UNSUPPORTED,
 					  "cpus: %s has no cpuset controller "
 					  "(its parent does not enable cpuset in "
 					  "cgroup.subtree_control; Slurm's "
@@ -279,7 +279,7 @@ static int cpuset_reachable(const struct gb_cg *cg, const struct gb_cg_task *t,
 			if (strcmp(tok, "cpuset") == 0)
 				*ok = 1;
 	if (!*ok && !isolate)
-		return gb_cg_errf(err, errlen, GB_CG_UNSUPPORTED,
+		return gb_errf(err, errlen, GB_CG_UNSUPPORTED,
 				  NO_CPUSET_CONTROLLER, t->v2_parent);
 	return GB_CG_OK;
 }
@@ -310,7 +310,7 @@ static int find_nearest(const struct gb_cg *cg, const char *dir,
 			snprintf(n->dir, sizeof(n->dir), "%s", cur);
 			return GB_CG_OK;
 		}
-		if (is_root_dir(cg, cur) || !up(cur))
+		if (is_root_dir(cg, cur) || !strip_last_component(cur))
 			break;
 	}
 	n->dir[0] = '\0';
@@ -349,7 +349,7 @@ static int choose_target(const struct gb_cg *cg, const struct gb_cg_task *t,
 	if (rc)
 		return rc;
 	if (near.cnt == 0 && nbefore > 0)
-		return gb_cg_errf(err, errlen, GB_CG_REFUSED,
+		return gb_errf(err, errlen, GB_CG_REFUSED,
 				  "isolate: %d device program(s) apply to %s "
 				  "from above the mounted cgroup2 tree at %s; "
 				  "cannot keep them", (int)nbefore,
@@ -359,14 +359,14 @@ static int choose_target(const struct gb_cg *cg, const struct gb_cg_task *t,
 	/* Overridable or exclusive: that one is replaced for our subtree, so
 	 * we must tail-call it. */
 	if (near.cnt != 1)
-		return gb_cg_errf(err, errlen, GB_CG_REFUSED,
+		return gb_errf(err, errlen, GB_CG_REFUSED,
 				  "isolate: %s has %u device programs without "
 				  "ALLOW_MULTI", near.dir, near.cnt);
 	tg->id = near.ids[0];
 	if (!(near.flags & BPF_F_ALLOW_OVERRIDE)) {
 		if (strcmp(near.dir, t->v2_parent) != 0 ||
 		    !only_pid(t->v2_parent, pid, NULL, 0))
-			return gb_cg_errf(err, errlen, GB_CG_REFUSED,
+			return gb_errf(err, errlen, GB_CG_REFUSED,
 					  "isolate: %s has an exclusive device "
 					  "program (attach flags 0) that also "
 					  "covers other processes; nothing can "
@@ -377,7 +377,7 @@ static int choose_target(const struct gb_cg *cg, const struct gb_cg_task *t,
 	}
 	tg->fd = gb_bpf_prog_fd_by_id(tg->id);
 	if (tg->fd < 0)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "isolate: BPF program id %u on %s: %s", tg->id,
 				  near.dir, strerror(errno));
 	return GB_CG_OK;
@@ -393,17 +393,17 @@ static int fill_maps(const struct gb_cg *cg, const struct gb_cg_task *t,
 
 	for (unsigned i = 0; i < n; i++)
 		if (gb_bpf_map_update(t->minors_fd, keys[i], 1) < 0)
-			return gb_cg_errf(err, errlen, GB_CG_ERROR,
+			return gb_errf(err, errlen, GB_CG_ERROR,
 					  "isolate: BPF map update: %s",
 					  strerror(errno));
 	if (gb_bpf_map_update(t->tail_fd, 0,
 			      (uint32_t)(tg->fd >= 0 ? tg->fd : cg->allow_fd)) < 0)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "isolate: BPF prog array update (program id "
 				  "%u): %s", tg->id, strerror(errno));
 	if (gb_bpf_map_freeze(t->minors_fd) < 0 ||
 	    gb_bpf_map_freeze(t->tail_fd) < 0)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "isolate: BPF_MAP_FREEZE: %s", strerror(errno));
 	return GB_CG_OK;
 }
@@ -420,7 +420,7 @@ static int isolate_prepare(const struct gb_cg *cg, struct gb_cg_task *t,
 	int rc;
 
 	if (t->prog_fd < 0)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "isolate: task %d has no prepared program",
 				  local_id);
 	rc = gb_bpf_query(t->v2_parent, 1, before, nbefore, NULL, err, errlen);
@@ -447,7 +447,7 @@ static int verify_kept(const char *at, const struct gb_cg_task *t,
 		if (contains(after, nafter, before[i]) ||
 		    (tg->id && before[i] == tg->id))
 			continue;
-		return gb_cg_errf(err, errlen, GB_CG_REFUSED,
+		return gb_errf(err, errlen, GB_CG_REFUSED,
 				  "isolate: after attaching to %s, device "
 				  "program id %u that applied to %s no longer "
 				  "applies; undone", at, before[i],
@@ -467,7 +467,7 @@ static int attach_checked(struct gb_cg_task *t, const uint32_t *before,
 
 	cg_fd = open(at, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (cg_fd < 0)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR, "open %s: %s", at,
+		return gb_errf(err, errlen, GB_CG_ERROR, "open %s: %s", at,
 				  strerror(errno));
 	if (gb_bpf_attach(cg_fd, t->prog_fd,
 			  tg->replace ? 0 : BPF_F_ALLOW_MULTI) < 0) {
@@ -476,7 +476,7 @@ static int attach_checked(struct gb_cg_task *t, const uint32_t *before,
 		if (t->in_place)
 			t->applied = 0;
 		close(cg_fd);
-		return gb_cg_errf(err, errlen,
+		return gb_errf(err, errlen,
 				  e == EPERM ? GB_CG_REFUSED : GB_CG_ERROR,
 				  "isolate: attaching the device program to "
 				  "%s: %s", at, strerror(e));
@@ -528,7 +528,7 @@ static int narrow_and_move(struct gb_cg_task *t, pid_t pid, int cpuset_ok,
 			return rc;
 	}
 	if ((cpus || mems) && !cpuset_ok)
-		return gb_cg_errf(err, errlen, GB_CG_UNSUPPORTED,
+		return gb_errf(err, errlen, GB_CG_UNSUPPORTED,
 				  NO_CPUSET_CONTROLLER, t->v2_parent);
 	return GB_CG_OK;
 }
@@ -580,14 +580,14 @@ static int detach_in_place(struct gb_cg_task *t, char *err, size_t errlen)
 	int cfd = open(t->v2_parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
 	if (cfd < 0 && errno != ENOENT)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR, "open %s: %s",
+		return gb_errf(err, errlen, GB_CG_ERROR, "open %s: %s",
 				  t->v2_parent, strerror(errno));
 	if (cfd >= 0) {
 		int e = gb_bpf_detach(cfd, t->prog_fd) ? errno : 0;
 
 		close(cfd);
 		if (e && e != ENOENT)
-			return gb_cg_errf(err, errlen, GB_CG_ERROR,
+			return gb_errf(err, errlen, GB_CG_ERROR,
 					  "detaching the device program from "
 					  "%s: %s", t->v2_parent, strerror(e));
 	}
@@ -606,17 +606,17 @@ static int restore_replaced(struct gb_cg_task *t, char *err, size_t errlen)
 			t->replaced = 0;
 			return GB_CG_OK;
 		}
-		return gb_cg_errf(err, errlen, GB_CG_ERROR, "open %s: %s",
+		return gb_errf(err, errlen, GB_CG_ERROR, "open %s: %s",
 				  t->v2_parent, strerror(errno));
 	}
 	pfd = gb_bpf_prog_fd_by_id(t->replaced_id);
 	if (pfd < 0) {
-		rc = gb_cg_errf(err, errlen, GB_CG_ERROR,
+		rc = gb_errf(err, errlen, GB_CG_ERROR,
 				"restoring device program id %u on %s: %s",
 				t->replaced_id, t->v2_parent, strerror(errno));
 	} else {
 		if (gb_bpf_attach(cfd, pfd, 0) < 0)
-			rc = gb_cg_errf(err, errlen, GB_CG_ERROR,
+			rc = gb_errf(err, errlen, GB_CG_ERROR,
 					"restoring device program id %u on "
 					"%s: %s", t->replaced_id, t->v2_parent,
 					strerror(errno));

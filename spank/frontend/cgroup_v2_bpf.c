@@ -62,7 +62,7 @@ int gb_bpf_prog_load(const struct gb_devprog *p, const char *name, char *err,
 	{
 		const char *last = verifier_last_line();
 
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "isolate: loading BPF device program %s: %s%s%s",
 				  name, strerror(e), *verifier_log ? "; verifier: " : "",
 				  last);
@@ -83,7 +83,7 @@ int gb_bpf_map_create(enum bpf_map_type type, unsigned entries,
 	snprintf(a.map_name, sizeof(a.map_name), "%s", name);
 	fd = (int)sys_bpf(BPF_MAP_CREATE, &a);
 	if (fd < 0)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "isolate: creating BPF map %s: %s", name,
 				  strerror(errno));
 	return fd;
@@ -155,7 +155,7 @@ int gb_bpf_query(const char *dir, int effective, uint32_t *ids,
 
 	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR, "open %s: %s", dir,
+		return gb_errf(err, errlen, GB_CG_ERROR, "open %s: %s", dir,
 				  strerror(errno));
 	memset(&a, 0, sizeof(a));
 	a.query.target_fd = (uint32_t)fd;
@@ -167,7 +167,7 @@ int gb_bpf_query(const char *dir, int effective, uint32_t *ids,
 	e = errno;
 	close(fd);
 	if (rc < 0)
-		return gb_cg_errf(err, errlen, GB_CG_ERROR,
+		return gb_errf(err, errlen, GB_CG_ERROR,
 				  "isolate: BPF_PROG_QUERY on %s: %s%s", dir,
 				  strerror(e),
 				  e == ENOSPC ? " (more than 64 programs)" : "");

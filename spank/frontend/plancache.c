@@ -57,13 +57,13 @@
 #define PC_DEPENDS_MAX (GB_TABLE_MAX_DEPENDS * 1400)
 #define PC_SETTLE_NS (100LL * 1000 * 1000)
 
-struct buf {
+struct keybuf {
 	char *p;
 	size_t len, cap;
 	int bad;
 };
 
-static void badd(struct buf *b, const char *s, size_t n)
+static void key_bytes(struct keybuf *b, const char *s, size_t n)
 {
 	if (b->bad)
 		return;
@@ -85,13 +85,13 @@ static void badd(struct buf *b, const char *s, size_t n)
 	b->p[b->len] = '\0';
 }
 
-static void bstr(struct buf *b, const char *s)
+static void key_str(struct keybuf *b, const char *s)
 {
-	badd(b, s, strlen(s));
+	key_bytes(b, s, strlen(s));
 }
 
 /* Bytes outside printable ASCII (and space, '%') as %XX: one line each. */
-static void besc(struct buf *b, const char *s, size_t n)
+static void key_escaped(struct keybuf *b, const char *s, size_t n)
 {
 	static const char hex[] = "0123456789abcdef";
 
@@ -100,23 +100,24 @@ static void besc(struct buf *b, const char *s, size_t n)
 		char e[3] = { '%', hex[c >> 4], hex[c & 15] };
 
 		if (c > ' ' && c < 0x7f && c != '%')
-			badd(b, (const char *) &s[i], 1);
+			key_bytes(b, (const char *) &s[i], 1);
 		else
-			badd(b, e, 3);
+			key_bytes(b, e, 3);
 	}
 }
 
 /* "name=PATH dev:ino:size:mtime:ctime\n", or "PATH missing(errno)". */
-static void bident(struct buf *b, const char *name, const char *path)
+static void key_file_identity(struct keybuf *b, const char *name,
+			      const char *path)
 {
 	struct stat st;
 	char tmp[160];
 
-	bstr(b, name);
-	bstr(b, "=");
-	besc(b, path, strlen(path));
+	key_str(b, name);
+	key_str(b, "=");
+	key_escaped(b, path, strlen(path));
 	if (!path[0]) {
-		bstr(b, "\n");
+		key_str(b, "\n");
 		return;
 	}
 	if (stat(path, &st))
@@ -131,11 +132,12 @@ static void bident(struct buf *b, const char *name, const char *path)
 				st.st_mtim.tv_nsec,
 				(long long) st.st_ctim.tv_sec,
 				st.st_ctim.tv_nsec);
-	bstr(b, tmp);
+	key_str(b, tmp);
 }
 
 /* "name=CONTENT\n" of a small file (/proc: no useful mtime), "-" if none. */
-static void bcontent(struct buf *b, const char *name, const char *path)
+static void key_file_content(struct keybuf *b, const char *name,
+			     const char *path)
 {
 	char data[4096];
 	ssize_t n = -1;
@@ -145,23 +147,23 @@ static void bcontent(struct buf *b, const char *name, const char *path)
 		n = read(fd, data, sizeof(data));
 		(void) close(fd);
 	}
-	bstr(b, name);
-	bstr(b, "=");
+	key_str(b, name);
+	key_str(b, "=");
 	if (n < 0)
-		bstr(b, "-");
+		key_str(b, "-");
 	else
-		besc(b, data, (size_t) n);
-	bstr(b, "\n");
+		key_escaped(b, data, (size_t) n);
+	key_str(b, "\n");
 }
 
-static void bglob(struct buf *b, const char *pattern)
+static void key_glob(struct keybuf *b, const char *pattern)
 {
 	glob_t g;
 
 	if (glob(pattern, 0, NULL, &g) == 0) {
 		for (size_t i = 0; i < g.gl_pathc; i++) {
-			bstr(b, ",");
-			besc(b, g.gl_pathv[i], strlen(g.gl_pathv[i]));
+			key_str(b, ",");
+			key_escaped(b, g.gl_pathv[i], strlen(g.gl_pathv[i]));
 		}
 	}
 	globfree(&g);
@@ -194,7 +196,7 @@ static void req_value(const char *req, const char *key, char *out, size_t len)
  * when SLURM_STEP_GPUS is unset (gpubind.ResolveStep). A user's junk there
  * must neither grow nor split the key.
  */
-static void key_request(struct buf *b, const char *request)
+static void key_request(struct keybuf *b, const char *request)
 {
 	int step_gpus = !strncmp(request, "env.SLURM_STEP_GPUS=", 20) ||
 			strstr(request, "\nenv.SLURM_STEP_GPUS=");
@@ -204,36 +206,36 @@ static void key_request(struct buf *b, const char *request)
 		size_t l = nl ? (size_t) (nl - p) + 1 : strlen(p);
 
 		if (!(step_gpus && !strncmp(p, "env.SLURM_JOB_GPUS=", 19)))
-			badd(b, p, l);
+			key_bytes(b, p, l);
 		p = nl ? nl + 1 : NULL;
 	}
 }
 
-static int build_key(struct buf *b, const char *engine, const char *request)
+static int build_key(struct keybuf *b, const char *engine, const char *request)
 {
 	char root[1100], path[2300], conf[1100], confdir[1100];
 	const char *r = gb_conf.root[0] ? gb_conf.root : "";
 
 	(void) snprintf(root, sizeof(root), "%s", r);
-	bstr(b, PC_MAGIC "\n");
-	bident(b, "engine", engine);
-	bcontent(b, "boot", "/proc/sys/kernel/random/boot_id");
+	key_str(b, PC_MAGIC "\n");
+	key_file_identity(b, "engine", engine);
+	key_file_content(b, "boot", "/proc/sys/kernel/random/boot_id");
 	(void) snprintf(path, sizeof(path), "%s/proc/driver/nvidia/version", root);
-	bcontent(b, "driver", path);
-	bstr(b, "mig=");
+	key_file_content(b, "driver", path);
+	key_str(b, "mig=");
 	(void) snprintf(path, sizeof(path),
 			"%s/proc/driver/nvidia/capabilities/gpu*/mig/gi*", root);
-	bglob(b, path);
+	key_glob(b, path);
 	(void) snprintf(path, sizeof(path),
 			"%s/proc/driver/nvidia/capabilities/gpu*/mig/gi*/ci*",
 			root);
-	bglob(b, path);
-	bstr(b, "\n");
-	bident(b, "snapshot", gb_conf.snapshot);
+	key_glob(b, path);
+	key_str(b, "\n");
+	key_file_identity(b, "snapshot", gb_conf.snapshot);
 	req_value(request, "slurm_conf", conf, sizeof(conf));
 	if (!conf[0])
 		req_value(request, "env.SLURM_CONF", conf, sizeof(conf));
-	bident(b, "slurm_conf", conf);
+	key_file_identity(b, "slurm_conf", conf);
 	confdir[0] = '\0';
 	if (conf[0]) {
 		char tmp[1100];
@@ -241,7 +243,7 @@ static int build_key(struct buf *b, const char *engine, const char *request)
 		(void) snprintf(tmp, sizeof(tmp), "%s", conf);
 		(void) snprintf(confdir, sizeof(confdir), "%s", dirname(tmp));
 		(void) snprintf(path, sizeof(path), "%s/cgroup.conf", confdir);
-		bident(b, "cgroup_conf", path);
+		key_file_identity(b, "cgroup_conf", path);
 	}
 	/* The engine's choice of gres.conf (engine.go, plan). */
 	if (gb_conf.gres_conf[0])
@@ -250,7 +252,7 @@ static int build_key(struct buf *b, const char *engine, const char *request)
 		(void) snprintf(path, sizeof(path), "%s/gres.conf", confdir);
 	else
 		(void) snprintf(path, sizeof(path), "/etc/slurm/gres.conf");
-	bident(b, "gres_conf", path);
+	key_file_identity(b, "gres_conf", path);
 	/* The NIC's port state, which the nic flag reads (ACTIVE port). */
 	if (strstr(request, "nic")) {
 		glob_t g;
@@ -259,10 +261,10 @@ static int build_key(struct buf *b, const char *engine, const char *request)
 				"%s/sys/class/infiniband/*/ports/*/state", root);
 		if (glob(path, 0, NULL, &g) == 0)
 			for (size_t i = 0; i < g.gl_pathc; i++)
-				bcontent(b, "port", g.gl_pathv[i]);
+				key_file_content(b, "port", g.gl_pathv[i]);
 		globfree(&g);
 	}
-	bstr(b, "request\n");
+	key_str(b, "request\n");
 	key_request(b, request);
 	return b->bad ? -1 : 0;
 }
@@ -280,7 +282,7 @@ static long long ns_of(const struct timespec *ts)
  * the kernel's coarse clock, at most a few ms behind: PC_SETTLE_NS covers
  * that. "?" (a file the engine could not name) is -1 too.
  */
-static int depends_ids(struct buf *b, const struct gb_table *t,
+static int depends_ids(struct keybuf *b, const struct gb_table *t,
 		       const struct timespec *begun, const char **why)
 {
 	for (int i = 0; i < t->ndepends; i++) {
@@ -292,7 +294,7 @@ static int depends_ids(struct buf *b, const struct gb_table *t,
 		if (begun && !stat(t->depends[i], &st) &&
 		    ns_of(&st.st_ctim) >= ns_of(begun) - PC_SETTLE_NS)
 			return -1;
-		bident(b, "depends", t->depends[i]);
+		key_file_identity(b, "depends", t->depends[i]);
 	}
 	*why = "";
 	return b->bad ? -1 : 0;
@@ -353,7 +355,7 @@ void gb_plancache_begin(struct gb_plancache *pc, const char *engine,
 {
 	const char *base = gb_conf.cache_dir[0] ? gb_conf.cache_dir :
 			   GB_DEFAULT_CACHE_DIR;
-	struct buf b = { 0 };
+	struct keybuf b = { 0 };
 	char why[1300], uid[24];
 	int rc;
 
@@ -510,7 +512,7 @@ int gb_plancache_get(struct gb_plancache *pc, unsigned ntasks,
 		return 0;
 	}
 	{
-		struct buf ids = { 0 };
+		struct keybuf ids = { 0 };
 		const char *file;
 		int same = !depends_ids(&ids, t, NULL, &file) &&
 			   ids.len == kl - pc->keylen &&
@@ -695,7 +697,7 @@ static int write_all(int fd, const char *p, size_t n)
 
 static void store(struct gb_plancache *pc, const struct gb_table *t,
 		  unsigned ntasks, const struct gb_child_result *res,
-		  const char *text, size_t len, const struct buf ids)
+		  const char *text, size_t len, const struct keybuf ids)
 {
 	char tmp[1300], hdr[PC_HDR_MAX], why[1400];
 	int fd, n, rc;
@@ -773,7 +775,7 @@ void gb_plancache_put(struct gb_plancache *pc, const struct gb_table *t,
 		      unsigned ntasks, const struct gb_child_result *res,
 		      const char *text, size_t len)
 {
-	struct buf ids = { 0 };
+	struct keybuf ids = { 0 };
 	const char *file;
 
 	if (!pc->usable || pc->hit)

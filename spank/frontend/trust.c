@@ -36,10 +36,28 @@ static int trust_one(const char *what, const char *path, const char *which,
 	return 0;
 }
 
+/* The directory that holds file (a path, real or as given): the same checks. */
+static int trust_dir_of(const char *what, const char *path, const char *file,
+			char *err, size_t errlen)
+{
+	char dir[PATH_MAX], which[64 + PATH_MAX], *d;
+	struct stat st;
+
+	(void) snprintf(dir, sizeof(dir), "%s", file);
+	d = dirname(dir);
+	(void) snprintf(which, sizeof(which), "the directory %s of ", d);
+	if (stat(d, &st)) {
+		(void) snprintf(err, errlen, "%s%s %s: %s", which, what, path,
+				strerror(errno));
+		return -1;
+	}
+	return trust_one(what, path, which, &st, err, errlen);
+}
+
 int gb_trust_file(const char *what, const char *path, char *err,
 		  size_t errlen)
 {
-	char real[PATH_MAX], dir[PATH_MAX], which[64 + PATH_MAX], *d;
+	char real[PATH_MAX];
 	struct stat st;
 
 	if (!realpath(path, real)) {
@@ -57,26 +75,9 @@ int gb_trust_file(const char *what, const char *path, char *err,
 				path);
 		return -1;
 	}
-	if (trust_one(what, path, "", &st, err, errlen))
-		return -1;
-	(void) snprintf(dir, sizeof(dir), "%s", real);
-	d = dirname(dir);
-	(void) snprintf(which, sizeof(which), "the directory %s of ", d);
-	if (stat(d, &st)) {
-		(void) snprintf(err, errlen, "%s%s %s: %s", which, what, path,
-				strerror(errno));
-		return -1;
-	}
-	if (trust_one(what, path, which, &st, err, errlen))
+	if (trust_one(what, path, "", &st, err, errlen) ||
+	    trust_dir_of(what, path, real, err, errlen))
 		return -1;
 	/* A symbolic link: whoever may replace it chooses the file too. */
-	(void) snprintf(dir, sizeof(dir), "%s", path);
-	d = dirname(dir);
-	(void) snprintf(which, sizeof(which), "the directory %s of ", d);
-	if (stat(d, &st)) {
-		(void) snprintf(err, errlen, "%s%s %s: %s", which, what, path,
-				strerror(errno));
-		return -1;
-	}
-	return trust_one(what, path, which, &st, err, errlen);
+	return trust_dir_of(what, path, path, err, errlen);
 }
