@@ -458,44 +458,52 @@ static void describe(struct gb_cg *cg)
 			 cg->unified.dir);
 }
 
-int gb_cg_prepare(struct gb_cg **out, const struct gb_cg_config *cfg,
-		  char *err, size_t errlen)
+/* The caller's configuration, before anything is allocated or read. */
+static int check_config(const struct gb_cg_config *cfg, char *err,
+			size_t errlen)
 {
-	struct gb_cg *cg;
-	int rc, i;
-
-	*out = NULL;
 	if (cfg->ntasks <= 0 || cfg->ntasks > 65536)
 		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "cgroup: %d local tasks; expected 1..65536",
-				  cfg->ntasks);
+			       "cgroup: %d local tasks; expected 1..65536",
+			       cfg->ntasks);
 	if (cfg->flags & ~(GB_CG_ISOLATE | GB_CG_CPUS))
 		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "cgroup: unknown flags 0x%x", cfg->flags);
+			       "cgroup: unknown flags 0x%x", cfg->flags);
 	if (cfg->version != GB_CG_AUTO && cfg->version != GB_CG_V1 &&
 	    cfg->version != GB_CG_V2)
 		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "cgroup: version %d; expected 0 (auto), 1 "
-				  "or 2", cfg->version);
+			       "cgroup: version %d; expected 0 (auto), 1 "
+			       "or 2", cfg->version);
 	if ((cfg->flags & GB_CG_ISOLATE) && cfg->mig)
 		return gb_errf(err, errlen, GB_CG_REFUSED,
-				  "isolate is not supported with MIG devices: "
-				  "MIG instances share their GPU's "
-				  "/dev/nvidiaN and are opened through "
-				  "/dev/nvidia-caps, which gpubind does not "
-				  "restrict; drop isolate (Slurm's "
-				  "ConstrainDevices limits a step to its MIG "
-				  "instances)");
-	cg = calloc(1, sizeof(*cg));
-	if (!cg)
-		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "cgroup: out of memory");
+			       "isolate is not supported with MIG devices: "
+			       "MIG instances share their GPU's "
+			       "/dev/nvidiaN and are opened through "
+			       "/dev/nvidia-caps, which gpubind does not "
+			       "restrict; drop isolate (Slurm's "
+			       "ConstrainDevices limits a step to its MIG "
+			       "instances)");
+	return GB_CG_OK;
+}
+
+/* A new context for cfg, no fd open yet; NULL when out of memory. */
+static struct gb_cg *new_cg(const struct gb_cg_config *cfg, char *err,
+			    size_t errlen)
+{
+	struct gb_cg *cg = calloc(1, sizeof(*cg));
+
+	if (!cg) {
+		(void) gb_errf(err, errlen, GB_CG_ERROR,
+			       "cgroup: out of memory");
+		return NULL;
+	}
 	cg->tasks = calloc((size_t)cfg->ntasks, sizeof(*cg->tasks));
 	if (!cg->tasks) {
 		free(cg);
-		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "cgroup: out of memory for %d tasks",
-				  cfg->ntasks);
+		(void) gb_errf(err, errlen, GB_CG_ERROR,
+			       "cgroup: out of memory for %d tasks",
+			       cfg->ntasks);
+		return NULL;
 	}
 	cg->flags = cfg->flags;
 	cg->job_id = cfg->job_id;
@@ -504,32 +512,46 @@ int gb_cg_prepare(struct gb_cg **out, const struct gb_cg_config *cfg,
 	cg->ntasks = cfg->ntasks;
 	cg->mig = cfg->mig;
 	cg->allow_fd = -1;
-	for (i = 0; i < cfg->ntasks; i++) {
+	for (int i = 0; i < cfg->ntasks; i++) {
 		cg->tasks[i].prog_fd = -1;
 		cg->tasks[i].minors_fd = -1;
 		cg->tasks[i].tail_fd = -1;
 	}
-	for (i = 0; i < cfg->nstep_minors; i++) {
+	return cg;
+}
+
+/* The step's GPU minors; isolate needs every one of them. */
+static int mark_step_minors(struct gb_cg *cg, const struct gb_cg_config *cfg,
+			    char *err, size_t errlen)
+{
+	for (int i = 0; i < cfg->nstep_minors; i++) {
 		int m = cfg->step_minors[i];
-		if (m < 0 || m > GB_CG_MAX_GPU_MINOR) {
-			if (cfg->flags & GB_CG_ISOLATE) {
-				rc = gb_errf(err, errlen, GB_CG_REFUSED,
-						"isolate needs the /dev/nvidiaN "
-						"minor of every step GPU; step "
-						"GPU %d has minor %d (expected "
-						"0..%d)", i, m,
-						GB_CG_MAX_GPU_MINOR);
-				goto fail;
-			}
+
+		if (m >= 0 && m <= GB_CG_MAX_GPU_MINOR) {
+			cg->step_minor[m] = 1;
 			continue;
 		}
-		cg->step_minor[m] = 1;
+		if (cfg->flags & GB_CG_ISOLATE)
+			return gb_errf(err, errlen, GB_CG_REFUSED,
+				       "isolate needs the /dev/nvidiaN "
+				       "minor of every step GPU; step "
+				       "GPU %d has minor %d (expected "
+				       "0..%d)", i, m, GB_CG_MAX_GPU_MINOR);
 	}
-	rc = parse_mountinfo(cg, cfg->mountinfo ? cfg->mountinfo
-						 : "/proc/self/mountinfo",
-			     err, errlen);
-	if (rc)
-		goto fail;
+	return GB_CG_OK;
+}
+
+/*
+ * The cgroup version to use, and the refusals that depend on it. v1: the
+ * plugin moves each task into a cgroup of its own in the devices (isolate)
+ * and cpuset (cpus) hierarchies. Where one of them is co-mounted with a
+ * controller Slurm finds the step's tasks by, that move would take the task
+ * out of Slurm's cgroup there (signals, the end of the step, accounting
+ * would miss it).
+ */
+static int choose_version(struct gb_cg *cg, const struct gb_cg_config *cfg,
+			  const char *mountinfo, char *err, size_t errlen)
+{
 	cg->version = cfg->version;
 	if (cg->version == GB_CG_AUTO) {
 		/* Use what Slurm's own cgroup/v1 would use when it is there. */
@@ -540,47 +562,58 @@ int gb_cg_prepare(struct gb_cg **out, const struct gb_cg_config *cfg,
 			cg->version = GB_CG_V2;
 	}
 	if (cg->version == GB_CG_V1 && (cfg->flags & GB_CG_ISOLATE) &&
-	    !cg->devices.found) {
-		rc = gb_errf(err, errlen, GB_CG_REFUSED,
-				"isolate: no cgroup v1 devices hierarchy in "
-				"%s", cfg->mountinfo ? cfg->mountinfo
-						     : "/proc/self/mountinfo");
-		goto fail;
-	}
-	/*
-	 * v1: the plugin moves each task into a cgroup of its own in the devices
-	 * (isolate) and cpuset (cpus) hierarchies. Where one of them is
-	 * co-mounted with a controller Slurm finds the step's tasks by, that
-	 * move would take the task out of Slurm's cgroup there (signals, the end
-	 * of the step, accounting would miss it).
-	 */
-	for (i = 0; cg->version == GB_CG_V1 && i < 2; i++) {
+	    !cg->devices.found)
+		return gb_errf(err, errlen, GB_CG_REFUSED,
+			       "isolate: no cgroup v1 devices hierarchy in "
+			       "%s", mountinfo);
+	for (int i = 0; cg->version == GB_CG_V1 && i < 2; i++) {
 		const struct gb_cg_mount *m = i ? &cg->cpuset : &cg->devices;
 		int flag = i ? GB_CG_CPUS : GB_CG_ISOLATE;
 
 		if (!(cfg->flags & flag) || !m->found || !m->comount[0])
 			continue;
-		rc = gb_errf(err, errlen, GB_CG_REFUSED,
-				"%s: the cgroup v1 %s hierarchy at %s is "
-				"co-mounted with %s, by which Slurm finds the "
-				"step's tasks (proctrack/cgroup, "
-				"jobacct_gather/cgroup); moving a task into a "
-				"cgroup of gpubind's there would hide it from "
-				"Slurm. Mount %s on its own hierarchy",
-				i ? "cpus" : "isolate", i ? "cpuset" : "devices",
-				m->dir, m->comount, i ? "cpuset" : "devices");
-		goto fail;
+		return gb_errf(err, errlen, GB_CG_REFUSED,
+			       "%s: the cgroup v1 %s hierarchy at %s is "
+			       "co-mounted with %s, by which Slurm finds the "
+			       "step's tasks (proctrack/cgroup, "
+			       "jobacct_gather/cgroup); moving a task into a "
+			       "cgroup of gpubind's there would hide it from "
+			       "Slurm. Mount %s on its own hierarchy",
+			       i ? "cpus" : "isolate", i ? "cpuset" : "devices",
+			       m->dir, m->comount, i ? "cpuset" : "devices");
 	}
-	if (cg->version == GB_CG_V2 && !cg->unified.found) {
-		rc = gb_errf(err, errlen, GB_CG_REFUSED,
-				"cgroup: neither a cgroup v1 %s hierarchy nor "
-				"cgroup2 is mounted (%s)",
-				(cfg->flags & GB_CG_ISOLATE) ? "devices"
-							     : "cpuset",
-				cfg->mountinfo ? cfg->mountinfo
-					       : "/proc/self/mountinfo");
+	if (cg->version == GB_CG_V2 && !cg->unified.found)
+		return gb_errf(err, errlen, GB_CG_REFUSED,
+			       "cgroup: neither a cgroup v1 %s hierarchy nor "
+			       "cgroup2 is mounted (%s)",
+			       (cfg->flags & GB_CG_ISOLATE) ? "devices"
+							    : "cpuset",
+			       mountinfo);
+	return GB_CG_OK;
+}
+
+int gb_cg_prepare(struct gb_cg **out, const struct gb_cg_config *cfg,
+		  char *err, size_t errlen)
+{
+	const char *mountinfo = cfg->mountinfo ? cfg->mountinfo
+					       : "/proc/self/mountinfo";
+	struct gb_cg *cg;
+	int rc;
+
+	*out = NULL;
+	rc = check_config(cfg, err, errlen);
+	if (rc)
+		return rc;
+	cg = new_cg(cfg, err, errlen);
+	if (!cg)
+		return GB_CG_ERROR;
+	rc = mark_step_minors(cg, cfg, err, errlen);
+	if (!rc)
+		rc = parse_mountinfo(cg, mountinfo, err, errlen);
+	if (!rc)
+		rc = choose_version(cg, cfg, mountinfo, err, errlen);
+	if (rc)
 		goto fail;
-	}
 	describe(cg);
 	if (cg->version == GB_CG_V2 && (cfg->flags & GB_CG_ISOLATE)) {
 		rc = gb_cg_v2_prepare(cg, err, errlen);
