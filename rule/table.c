@@ -378,8 +378,8 @@ static int line_end(struct parser *ps, char **f, int nf)
 	(void) nf;
 	if (parse_int(f[1], 0, INT_MAX, &v) || v != ps->lineno - 1) {
 		(void) gb_errf(ps->err, ps->errlen, 0,
-		       "plan truncated or corrupt: end line says %s lines, %d were read",
-		       f[1], ps->lineno - 1);
+			       "plan truncated or corrupt: end line says %s lines, %d were read",
+			       f[1], ps->lineno - 1);
 		return LINE_FAILED;
 	}
 	ps->ended = 1;
@@ -700,7 +700,7 @@ static int parse_line(struct parser *ps, char *p)
 	if (ps->lineno == 1) {
 		if (strcmp(p, "gpubind-plan 1")) {
 			(void) gb_errf(ps->err, ps->errlen, 0,
-			       "plan line 1 is not \"gpubind-plan 1\"");
+				       "plan line 1 is not \"gpubind-plan 1\"");
 			return LINE_FAILED;
 		}
 		return 0;
@@ -733,14 +733,14 @@ static int resolve_numagpus(struct parser *ps)
 				n = &t->numa[j];
 		if (!n || n->gpus) {
 			(void) gb_errf(ps->err, ps->errlen, 0,
-			       "plan: numagpus line for NUMA node %d %s",
-			       ng->node, n ? "repeats" : "has no numa line");
+				       "plan: numagpus line for NUMA node %d %s",
+				       ng->node, n ? "repeats" : "has no numa line");
 			return -1;
 		}
 		if ((bad = check_ids(ng->ids, ng->n, t->ngpus)) >= 0) {
 			(void) gb_errf(ps->err, ps->errlen, 0,
-			       "plan: numagpus %d names GPU %d, not in the %d gpu lines",
-			       ng->node, bad, t->ngpus);
+				       "plan: numagpus %d names GPU %d, not in the %d gpu lines",
+				       ng->node, bad, t->ngpus);
 			return -1;
 		}
 		n->gpus = ng->ids;
@@ -793,7 +793,7 @@ static int validate(struct parser *ps)
 
 	if (!ps->ended) {
 		(void) gb_errf(ps->err, ps->errlen, 0,
-		       "plan truncated: no end line after %d lines", ps->lineno);
+			       "plan truncated: no end line after %d lines", ps->lineno);
 		return -1;
 	}
 	if (!ps->have_status) {
@@ -804,14 +804,14 @@ static int validate(struct parser *ps)
 		return 0;
 	if (!ps->have_rule || !ps->have_ntasks) {
 		(void) gb_errf(ps->err, ps->errlen, 0, "plan lacks its %s line",
-		       !ps->have_rule ? "rule" : "ntasks");
+			       !ps->have_rule ? "rule" : "ntasks");
 		return -1;
 	}
 	if (resolve_numagpus(ps))
 		return -1;
 	if (check_ids(t->fallback, t->nfallback, t->ngpus) >= 0) {
 		(void) gb_errf(ps->err, ps->errlen, 0,
-		       "plan: fallback names a GPU without gpu line");
+			       "plan: fallback names a GPU without gpu line");
 		return -1;
 	}
 	for (int i = 0; i < t->ntasks; i++) {
@@ -819,27 +819,27 @@ static int validate(struct parser *ps)
 
 		if (!t->tasks[i].seen) {
 			(void) gb_errf(ps->err, ps->errlen, 0,
-			       "plan has no line for task %d of %d", i, t->ntasks);
+				       "plan has no line for task %d of %d", i, t->ntasks);
 			return -1;
 		}
 		if (t->tasks[i].ngpus > GB_MAX_PER_TASK) {
 			(void) gb_errf(ps->err, ps->errlen, 0,
-			       "plan: task %d has %d GPUs (expected 0..%d)", i,
-			       t->tasks[i].ngpus, GB_MAX_PER_TASK);
+				       "plan: task %d has %d GPUs (expected 0..%d)", i,
+				       t->tasks[i].ngpus, GB_MAX_PER_TASK);
 			return -1;
 		}
 		if ((bad = check_ids(t->tasks[i].gpus, t->tasks[i].ngpus,
 				     t->ngpus)) >= 0) {
 			(void) gb_errf(ps->err, ps->errlen, 0,
-			       "plan: task %d names GPU %d, not in the %d gpu lines",
-			       i, bad, t->ngpus);
+				       "plan: task %d names GPU %d, not in the %d gpu lines",
+				       i, bad, t->ngpus);
 			return -1;
 		}
 	}
 	for (int i = 0; i < t->ngpus; i++)
 		if (check_ids(t->gpus[i].near, t->gpus[i].nnear, t->ngpus) >= 0) {
 			(void) gb_errf(ps->err, ps->errlen, 0,
-			       "plan: near %d names a GPU without gpu line", i);
+				       "plan: near %d names a GPU without gpu line", i);
 			return -1;
 		}
 	if (!t->rails[0])
@@ -848,7 +848,7 @@ static int validate(struct parser *ps)
 		return -1;
 	if (index_units(t)) {
 		(void) gb_errf(ps->err, ps->errlen, 0,
-		       "out of memory while reading the plan");
+			       "out of memory while reading the plan");
 		return -1;
 	}
 	return 0;
@@ -865,32 +865,32 @@ static int parse_lines(struct parser *ps, char *buf)
 
 		if (!nl) {
 			(void) gb_errf(ps->err, ps->errlen, 0,
-			       "plan truncated: line %d has no newline",
-			       ps->lineno + 1);
+				       "plan truncated: line %d has no newline",
+				       ps->lineno + 1);
 			return -1;
 		}
 		*nl = '\0';
 		next = nl + 1;
 		if (ps->ended) {
 			(void) gb_errf(ps->err, ps->errlen, 0,
-			       "plan has data after its end line");
+				       "plan has data after its end line");
 			return -1;
 		}
 		if (nl - p > GB_TABLE_MAX_LINE) {
 			(void) gb_errf(ps->err, ps->errlen, 0,
-			       "plan line %d is longer than %d bytes",
-			       ps->lineno + 1, GB_TABLE_MAX_LINE);
+				       "plan line %d is longer than %d bytes",
+				       ps->lineno + 1, GB_TABLE_MAX_LINE);
 			return -1;
 		}
 		ps->lineno++;
 		rc = parse_line(ps, p);
 		if (rc == LINE_MALFORMED)
 			(void) gb_errf(ps->err, ps->errlen, 0,
-			       "plan line %d is malformed (starts with \"%.32s\")",
-			       ps->lineno, p);
+				       "plan line %d is malformed (starts with \"%.32s\")",
+				       ps->lineno, p);
 		else if (rc == LINE_OOM)
 			(void) gb_errf(ps->err, ps->errlen, 0,
-			       "out of memory while reading the plan");
+				       "out of memory while reading the plan");
 		if (rc)
 			return -1;
 	}
@@ -909,7 +909,7 @@ int gb_table_parse(const char *text, size_t len, struct gb_table *t,
 	t->per_task = 1;
 	if (len > GB_TABLE_MAX_BYTES) {
 		(void) gb_errf(err, errlen, 0, "plan is %zu bytes, more than the limit of %d",
-		       len, GB_TABLE_MAX_BYTES);
+			       len, GB_TABLE_MAX_BYTES);
 		return -1;
 	}
 	if (len == 0) {
@@ -1199,7 +1199,7 @@ int gb_rule_apply(const struct gb_table *t, int lid,
 	}
 	if (lid < 0 || lid >= t->ntasks) {
 		(void) gb_errf(err, errlen, 0, "task %d is not in the plan of %d tasks",
-		       lid, t->ntasks);
+			       lid, t->ntasks);
 		return -1;
 	}
 	if (!step)
@@ -1274,12 +1274,12 @@ int gb_result_restrict(const struct gb_table *t, struct gb_result *r,
 		return 0;
 	if (denied == t->ngpus) {
 		(void) gb_errf(err, errlen, 0,
-		       "the task may open none of the step's %d GPUs (%s%s%s)",
-		       t->ngpus,
-		       first_e == ENOENT ? "no device node " :
-					   "its device cgroup denies ",
-		       t->gpus[0].dev,
-		       t->ngpus > 1 ? " and the others" : "");
+			       "the task may open none of the step's %d GPUs (%s%s%s)",
+			       t->ngpus,
+			       first_e == ENOENT ? "no device node " :
+			       "its device cgroup denies ",
+			       t->gpus[0].dev,
+			       t->ngpus > 1 ? " and the others" : "");
 		return -1;
 	}
 	numa = t->gpus[r->gpus[0]].numa;

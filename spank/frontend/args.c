@@ -20,15 +20,15 @@ static int set_str(char *dst, size_t len, const char *key, const char *val,
 {
 	if (strlen(val) >= len)
 		return gb_errf(err, errlen, -1,
-			    "plugstack argument %s= is longer than %zu bytes",
-			    key, len - 1);
+			       "plugstack argument %s= is longer than %zu bytes",
+			       key, len - 1);
 	if (strpbrk(val, "\n\r"))
 		return gb_errf(err, errlen, -1,
-			    "plugstack argument %s= holds a newline", key);
+			       "plugstack argument %s= holds a newline", key);
 	if (path && val[0] != '/')
 		return gb_errf(err, errlen, -1,
-			    "plugstack argument %s=%s: expected an absolute path",
-			    key, val);
+			       "plugstack argument %s=%s: expected an absolute path",
+			       key, val);
 	strcpy(dst, val);
 	return 0;
 }
@@ -51,8 +51,8 @@ static int set_tristate(struct gb_config *c, const char *key, const char *val,
 	if (!strcmp(val, "never"))
 		return add_list(c->never, sizeof(c->never), key);
 	return gb_errf(err, errlen, -1,
-		    "plugstack argument %s=%s: expected allow, force or never",
-		    key, val);
+		       "plugstack argument %s=%s: expected allow, force or never",
+		       key, val);
 }
 
 /* A decimal in lo..hi; expected says what, with the range, for the error. */
@@ -66,8 +66,8 @@ static int set_number(int *dst, const char *key, const char *val, long lo,
 	v = strtol(val, &end, 10);
 	if (errno || !*val || *end || v < lo || v > hi)
 		return gb_errf(err, errlen, -1,
-			    "plugstack argument %s=%s: expected %s", key, val,
-			    expected);
+			       "plugstack argument %s=%s: expected %s", key, val,
+			       expected);
 	*dst = (int) v;
 	return 0;
 }
@@ -112,16 +112,16 @@ static int set_key(struct gb_config *c, const struct key *k, const char *val,
 	case K_MODE:
 		if (strcmp(val, "enforce") && strcmp(val, "optional"))
 			return gb_errf(err, errlen, -1,
-				    "plugstack argument mode=%s: expected enforce or optional",
-				    val);
+				       "plugstack argument mode=%s: expected enforce or optional",
+				       val);
 		c->mode_optional = !strcmp(val, "optional");
 		return 0;
 	case K_SOURCE:
 		if (strcmp(val, "auto") && strcmp(val, "nvml") &&
 		    strcmp(val, "sysfs") && strcmp(val, "snapshot"))
 			return gb_errf(err, errlen, -1,
-				    "plugstack argument source=%s: expected auto, nvml, sysfs or snapshot",
-				    val);
+				       "plugstack argument source=%s: expected auto, nvml, sysfs or snapshot",
+				       val);
 		strcpy(c->source, val);
 		return 0;
 	case K_TIMEOUT:
@@ -141,8 +141,8 @@ static int set_key(struct gb_config *c, const struct key *k, const char *val,
 		    strspn(val, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 				"0123456789_.-,") != strlen(val))
 			return gb_errf(err, errlen, -1,
-				    "plugstack argument nics=%s: expected RDMA device names separated by commas, as in nics=mlx5_0,mlx5_3",
-				    val);
+				       "plugstack argument nics=%s: expected RDMA device names separated by commas, as in nics=mlx5_0,mlx5_3",
+				       val);
 		return set_str((char *) c + k->off, k->len, k->name, val, 0,
 			       err, errlen);
 	}
@@ -157,7 +157,7 @@ static const struct key *find_key(const char *arg, char *err, size_t errlen)
 
 	if (!eq || eq == arg) {
 		gb_errf(err, errlen, -1, "plugstack argument \"%s\": expected key=value",
-		     arg);
+			arg);
 		return NULL;
 	}
 	for (size_t k = 0; k < NKEYS; k++)
@@ -168,7 +168,7 @@ static const struct key *find_key(const char *arg, char *err, size_t errlen)
 		(void) snprintf(known + strlen(known), sizeof(known) - strlen(known),
 				"%s%s", k ? ", " : "", keys[k].name);
 	gb_errf(err, errlen, -1, "unknown plugstack argument \"%s\" (known: %s)", arg,
-	     known);
+		known);
 	return NULL;
 }
 
@@ -189,13 +189,13 @@ int gb_config_parse(int ac, char **av, struct gb_config *c, char *err,
 			return -1;
 		if (seen[k - keys]++)
 			return gb_errf(err, errlen, -1,
-				    "plugstack argument %s= given twice", k->name);
+				       "plugstack argument %s= given twice", k->name);
 		if (set_key(c, k, strchr(av[i], '=') + 1, err, errlen))
 			return -1;
 	}
 	if (!strcmp(c->source, "snapshot") && !c->snapshot[0])
 		return gb_errf(err, errlen, -1,
-			    "plugstack argument source=snapshot needs snapshot=FILE");
+			       "plugstack argument source=snapshot needs snapshot=FILE");
 	return 0;
 }
 

@@ -24,19 +24,19 @@ int gb_cg_write_file(const char *path, const char *text, char *err,
 	fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
 		return gb_errf(err, errlen, GB_CG_ERROR, "open %s: %s",
-				  path, strerror(errno));
+			       path, strerror(errno));
 	n = write(fd, text, len);
 	e = errno;
 	if (close(fd) < 0 && n == (ssize_t)len)
 		return gb_errf(err, errlen, GB_CG_ERROR, "close %s: %s",
-				  path, strerror(errno));
+			       path, strerror(errno));
 	if (n < 0)
 		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "write \"%s\" to %s: %s", text, path,
-				  strerror(e));
+			       "write \"%s\" to %s: %s", text, path,
+			       strerror(e));
 	if ((size_t)n != len)
 		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "write \"%s\" to %s: short write", text, path);
+			       "write \"%s\" to %s: short write", text, path);
 	return GB_CG_OK;
 }
 
@@ -50,13 +50,13 @@ int gb_cg_read_file(const char *path, char *buf, size_t len, char *err,
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return gb_errf(err, errlen, GB_CG_ERROR, "open %s: %s",
-				  path, strerror(errno));
+			       path, strerror(errno));
 	for (;;) {
 		if (off + 1 >= len) {
 			close(fd);
 			return gb_errf(err, errlen, GB_CG_ERROR,
-					  "read %s: more than %zu bytes", path,
-					  len - 1);
+				       "read %s: more than %zu bytes", path,
+				       len - 1);
 		}
 		n = read(fd, buf + off, len - 1 - off);
 		if (n < 0 && errno == EINTR)
@@ -65,7 +65,7 @@ int gb_cg_read_file(const char *path, char *buf, size_t len, char *err,
 			int e = errno;
 			close(fd);
 			return gb_errf(err, errlen, GB_CG_ERROR,
-					  "read %s: %s", path, strerror(e));
+				       "read %s: %s", path, strerror(e));
 		}
 		if (n == 0)
 			break;
@@ -74,7 +74,7 @@ int gb_cg_read_file(const char *path, char *buf, size_t len, char *err,
 	buf[off] = '\0';
 	if (close(fd) < 0)
 		return gb_errf(err, errlen, GB_CG_ERROR, "close %s: %s",
-				  path, strerror(errno));
+			       path, strerror(errno));
 	return GB_CG_OK;
 }
 
@@ -98,8 +98,8 @@ int gb_cg_join(char *buf, size_t len, const char *a, const char *b,
 		n = snprintf(buf, len, "%.*s/%s", (int)al, a, b);
 	if (n < 0 || (size_t)n >= len)
 		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "path %s/%s is longer than %zu bytes", a, b,
-				  len - 1);
+			       "path %s/%s is longer than %zu bytes", a, b,
+			       len - 1);
 	return GB_CG_OK;
 }
 
@@ -165,7 +165,7 @@ static int parse_mountinfo(struct gb_cg *cg, const char *path, char *err,
 	f = fopen(path, "re");
 	if (!f)
 		return gb_errf(err, errlen, GB_CG_ERROR, "open %s: %s",
-				  path, strerror(errno));
+			       path, strerror(errno));
 	while (fgets(line, sizeof(line), f)) {
 		char *fields[64], *save = NULL, *tok;
 		int n = 0, dash = -1, i;
@@ -174,8 +174,8 @@ static int parse_mountinfo(struct gb_cg *cg, const char *path, char *err,
 		if (!strchr(line, '\n') && !feof(f)) {
 			fclose(f);
 			return gb_errf(err, errlen, GB_CG_ERROR,
-					  "%s line %d: longer than %zu bytes",
-					  path, lineno, sizeof(line) - 1);
+				       "%s line %d: longer than %zu bytes",
+				       path, lineno, sizeof(line) - 1);
 		}
 		for (tok = strtok_r(line, " \n", &save); tok && n < 64;
 		     tok = strtok_r(NULL, " \n", &save))
@@ -189,10 +189,10 @@ static int parse_mountinfo(struct gb_cg *cg, const char *path, char *err,
 		if (n < 6 || dash < 0 || dash + 3 > n) {
 			fclose(f);
 			return gb_errf(err, errlen, GB_CG_ERROR,
-					  "%s line %d: expected \"ID PARENT "
-					  "DEV ROOT MOUNTPOINT OPTS ... - "
-					  "FSTYPE SOURCE SUPEROPTS\"",
-					  path, lineno);
+				       "%s line %d: expected \"ID PARENT "
+				       "DEV ROOT MOUNTPOINT OPTS ... - "
+				       "FSTYPE SOURCE SUPEROPTS\"",
+				       path, lineno);
 		}
 		unescape(fields[3]);
 		unescape(fields[4]);
@@ -224,13 +224,13 @@ static int parse_mountinfo(struct gb_cg *cg, const char *path, char *err,
 toolong:
 		fclose(f);
 		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "%s line %d: cgroup mount path longer than "
-				  "%d bytes", path, lineno, GB_CG_PATHLEN - 1);
+			       "%s line %d: cgroup mount path longer than "
+			       "%d bytes", path, lineno, GB_CG_PATHLEN - 1);
 	}
 	if (ferror(f)) {
 		fclose(f);
 		return gb_errf(err, errlen, GB_CG_ERROR, "read %s: %s",
-				  path, strerror(errno));
+			       path, strerror(errno));
 	}
 	fclose(f);
 	return GB_CG_OK;
@@ -255,8 +255,8 @@ int gb_cg_pid_dir(pid_t pid, const struct gb_cg_mount *m, const char *ctrl,
 
 		if (!c1 || !(c2 = strchr(c1 + 1, ':')))
 			return gb_errf(err, errlen, GB_CG_ERROR,
-					  "%s: line \"%s\" is not "
-					  "ID:CONTROLLERS:PATH", path, line);
+				       "%s: line \"%s\" is not "
+				       "ID:CONTROLLERS:PATH", path, line);
 		*c2 = '\0';
 		cgpath = c2 + 1;
 		if (ctrl)
@@ -272,17 +272,17 @@ int gb_cg_pid_dir(pid_t pid, const struct gb_cg_mount *m, const char *ctrl,
 			if (strncmp(cgpath, m->root, rl) != 0 ||
 			    (cgpath[rl] != '/' && cgpath[rl] != '\0'))
 				return gb_errf(err, errlen, GB_CG_ERROR,
-						  "pid %ld is in %s:%s, outside "
-						  "the mounted part %s at %s",
-						  (long)pid,
-						  ctrl ? ctrl : "cgroup2",
-						  cgpath, m->root, m->dir);
+					       "pid %ld is in %s:%s, outside "
+					       "the mounted part %s at %s",
+					       (long)pid,
+					       ctrl ? ctrl : "cgroup2",
+					       cgpath, m->root, m->dir);
 			cgpath += rl;
 		}
 		return gb_cg_join(dir, len, m->dir, cgpath, err, errlen);
 	}
 	return gb_errf(err, errlen, GB_CG_ERROR, "%s has no %s line", path,
-			  ctrl ? ctrl : "cgroup2 (0::)");
+		       ctrl ? ctrl : "cgroup2 (0::)");
 }
 
 /*
@@ -327,7 +327,7 @@ int gb_cg_rmdir(const char *dir, char *err, size_t errlen)
 		evict(dir);
 	}
 	return gb_errf(err, errlen, GB_CG_ERROR, "rmdir %s: %s", dir,
-			  strerror(e));
+		       strerror(e));
 }
 
 /*
@@ -341,14 +341,14 @@ int gb_cg_mkdir_fresh(const char *dir, char *err, size_t errlen)
 	if (errno == EEXIST) {
 		if (rmdir(dir) < 0)
 			return gb_errf(err, errlen, GB_CG_ERROR,
-					  "%s exists from an earlier run and "
-					  "cannot be removed: %s", dir,
-					  strerror(errno));
+				       "%s exists from an earlier run and "
+				       "cannot be removed: %s", dir,
+				       strerror(errno));
 		if (mkdir(dir, 0755) == 0)
 			return GB_CG_OK;
 	}
 	return gb_errf(err, errlen, GB_CG_ERROR, "mkdir %s: %s", dir,
-			  strerror(errno));
+		       strerror(errno));
 }
 
 int gb_cg_move_pid(const char *dir, pid_t pid, char *err, size_t errlen)
@@ -411,8 +411,8 @@ int gb_cg_narrow_cpuset(const char *dir, const char *parent_cpus_file,
 			return rc;
 		if (parse_cgroup_list(buf, &have) < 0)
 			return gb_errf(err, errlen, GB_CG_ERROR,
-					  "%s: \"%s\" is not a list like "
-					  "0-3,8", part[i].parent, buf);
+				       "%s: \"%s\" is not a list like "
+				       "0-3,8", part[i].parent, buf);
 		if (part[i].want)
 			CPU_AND(&want, &have, part[i].want);
 		else
@@ -428,10 +428,10 @@ int gb_cg_narrow_cpuset(const char *dir, const char *parent_cpus_file,
 					  w, sizeof(w));
 			gb_format_cpulist(&have, h, sizeof(h));
 			return gb_errf(err, errlen, GB_CG_REFUSED,
-					  "cpus: the wanted %s %s lie outside "
-					  "the %s %s allowed by %s",
-					  part[i].what, w, part[i].what, h,
-					  part[i].parent);
+				       "cpus: the wanted %s %s lie outside "
+				       "the %s %s allowed by %s",
+				       part[i].what, w, part[i].what, h,
+				       part[i].parent);
 		}
 		gb_format_cpulist(&want, text, sizeof(text));
 		rc = gb_cg_join(path, sizeof(path), dir, part[i].file, err,
@@ -587,7 +587,7 @@ static int choose_version(struct gb_cg *cg, const struct gb_cg_config *cfg,
 			       "cgroup: neither a cgroup v1 %s hierarchy nor "
 			       "cgroup2 is mounted (%s)",
 			       (cfg->flags & GB_CG_ISOLATE) ? "devices"
-							    : "cpuset",
+			       : "cpuset",
 			       mountinfo);
 	return GB_CG_OK;
 }
@@ -640,16 +640,16 @@ int gb_cg_apply(struct gb_cg *cg, int local_id, pid_t pid, const int *minors,
 
 	if (!cg || local_id < 0 || local_id >= cg->ntasks)
 		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "cgroup: local task id %d out of range 0..%d",
-				  local_id, cg ? cg->ntasks - 1 : -1);
+			       "cgroup: local task id %d out of range 0..%d",
+			       local_id, cg ? cg->ntasks - 1 : -1);
 	if (pid <= 0)
 		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "cgroup: task %d: bad pid %ld", local_id,
-				  (long)pid);
+			       "cgroup: task %d: bad pid %ld", local_id,
+			       (long)pid);
 	t = &cg->tasks[local_id];
 	if (t->applied)
 		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "cgroup: task %d already applied", local_id);
+			       "cgroup: task %d already applied", local_id);
 	memset(allow, 0, sizeof(allow));
 	if (cg->flags & GB_CG_ISOLATE) {
 		/* Only GPUs of this step: no table can widen the step. */
@@ -658,9 +658,9 @@ int gb_cg_apply(struct gb_cg *cg, int local_id, pid_t pid, const int *minors,
 			if (m < 0 || m > GB_CG_MAX_GPU_MINOR ||
 			    !cg->step_minor[m])
 				return gb_errf(err, errlen, GB_CG_REFUSED,
-						  "isolate: task %d: minor %d "
-						  "is not a GPU of this step",
-						  local_id, m);
+					       "isolate: task %d: minor %d "
+					       "is not a GPU of this step",
+					       local_id, m);
 			allow[m] = 1;
 		}
 	}
@@ -672,8 +672,8 @@ int gb_cg_apply(struct gb_cg *cg, int local_id, pid_t pid, const int *minors,
 		return GB_CG_OK;  /* nothing to narrow */
 	if (gb_cg_task_name(cg, local_id, name, sizeof(name)) < 0)
 		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "cgroup: task %d: cgroup name longer than "
-				  "%zu bytes", local_id, sizeof(name) - 1);
+			       "cgroup: task %d: cgroup name longer than "
+			       "%zu bytes", local_id, sizeof(name) - 1);
 	if (cg->version == GB_CG_V1)
 		return gb_cg_v1_apply(cg, t, name, pid, allow, cpus, mems, err,
 				      errlen);
@@ -688,8 +688,8 @@ int gb_cg_task_exit(struct gb_cg *cg, int local_id, char *err, size_t errlen)
 
 	if (!cg || local_id < 0 || local_id >= cg->ntasks)
 		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "cgroup: local task id %d out of range",
-				  local_id);
+			       "cgroup: local task id %d out of range",
+			       local_id);
 	t = &cg->tasks[local_id];
 	if (!t->applied)
 		return GB_CG_OK;

@@ -29,7 +29,7 @@ static int deny_minors(const char *dir, const unsigned char *allow, char *err,
 	fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
 		return gb_errf(err, errlen, GB_CG_ERROR, "open %s: %s",
-				  path, strerror(errno));
+			       path, strerror(errno));
 	/* One rule per write(2): the kernel parses each write as one rule. */
 	for (m = 0; m <= GB_CG_MAX_GPU_MINOR; m++) {
 		int n;
@@ -42,13 +42,13 @@ static int deny_minors(const char *dir, const unsigned char *allow, char *err,
 			int e = errno;
 			close(fd);
 			return gb_errf(err, errlen, GB_CG_ERROR,
-					  "write \"%s\" to %s: %s", rule, path,
-					  strerror(e));
+				       "write \"%s\" to %s: %s", rule, path,
+				       strerror(e));
 		}
 	}
 	if (close(fd) < 0)
 		return gb_errf(err, errlen, GB_CG_ERROR, "close %s: %s",
-				  path, strerror(errno));
+			       path, strerror(errno));
 	return GB_CG_OK;
 }
 
@@ -95,11 +95,11 @@ static int check_denied(const char *dir, const unsigned char *allow,
 			*nl = '\0';
 		if (allows_denied(p, allow))
 			return gb_errf(err, errlen, GB_CG_REFUSED,
-					  "%s still allows \"%s\" after the "
-					  "denials: its parent's rule is a "
-					  "wildcard that cgroup v1 cannot "
-					  "narrow (allow NVIDIA GPUs one "
-					  "minor at a time)", path, p);
+				       "%s still allows \"%s\" after the "
+				       "denials: its parent's rule is a "
+				       "wildcard that cgroup v1 cannot "
+				       "narrow (allow NVIDIA GPUs one "
+				       "minor at a time)", path, p);
 		if (!nl)
 			break;
 	}
@@ -153,8 +153,8 @@ int gb_cg_v1_apply(struct gb_cg *cg, struct gb_cg_task *t, const char *name,
 		return GB_CG_OK;
 	if (!cg->cpuset.found)
 		return gb_errf(err, errlen, GB_CG_UNSUPPORTED,
-				  "cpus: no cgroup v1 cpuset hierarchy is "
-				  "mounted; CPUs not narrowed by cgroup");
+			       "cpus: no cgroup v1 cpuset hierarchy is "
+			       "mounted; CPUs not narrowed by cgroup");
 	rc = gb_cg_pid_dir(pid, &cg->cpuset, "cpuset", parent, sizeof(parent),
 			   err, errlen);
 	if (rc)

@@ -57,8 +57,8 @@ static int load_built(const struct gb_devprog *p, int built, const char *name,
 {
 	if (built < 0)
 		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "isolate: building BPF device program %s: "
-				  "does not fit (%u instructions)", name, p->n);
+			       "isolate: building BPF device program %s: "
+			       "does not fit (%u instructions)", name, p->n);
 	return gb_bpf_prog_load(p, name, err, errlen);
 }
 
@@ -222,17 +222,17 @@ static int place(struct gb_cg *cg, struct gb_cg_task *t, const char *name,
 	 */
 	if (in_slurm_step(t->v2_parent))
 		return gb_errf(err, errlen,
-				  (cg->flags & GB_CG_ISOLATE) ? GB_CG_REFUSED
-							      : GB_CG_UNSUPPORTED,
-				  "the task is in %s, a cgroup of Slurm's that is "
-				  "not its own task_N (proctrack/cgroup without "
-				  "task/cgroup Constrain* or jobacct_gather/cgroup "
-				  "puts every task of the step in one); moving it "
-				  "would hide it from Slurm. Needed: task/cgroup "
-				  "with ConstrainDevices=yes (cgroup.conf), or "
-				  "jobacct_gather/cgroup, which give each task its "
-				  "own task_N cgroup",
-				  t->v2_parent);
+			       (cg->flags & GB_CG_ISOLATE) ? GB_CG_REFUSED
+			       : GB_CG_UNSUPPORTED,
+			       "the task is in %s, a cgroup of Slurm's that is "
+			       "not its own task_N (proctrack/cgroup without "
+			       "task/cgroup Constrain* or jobacct_gather/cgroup "
+			       "puts every task of the step in one); moving it "
+			       "would hide it from Slurm. Needed: task/cgroup "
+			       "with ConstrainDevices=yes (cgroup.conf), or "
+			       "jobacct_gather/cgroup, which give each task its "
+			       "own task_N cgroup",
+			       t->v2_parent);
 	return gb_cg_join(t->v2_dir, sizeof(t->v2_dir), t->v2_parent, name,
 			  err, errlen);
 }
@@ -262,11 +262,11 @@ static int cpuset_reachable(const struct gb_cg *cg, const struct gb_cg_task *t,
 		*ok = access(path, W_OK) == 0;
 		if (!*ok && !isolate)
 			return gb_errf(err, errlen, GB_CG_UNSUPPORTED,
-					  "cpus: %s has no cpuset controller "
-					  "(its parent does not enable cpuset in "
-					  "cgroup.subtree_control; Slurm's "
-					  "ConstrainCores=yes does); CPUs not "
-					  "narrowed by cgroup", t->v2_parent);
+				       "cpus: %s has no cpuset controller "
+				       "(its parent does not enable cpuset in "
+				       "cgroup.subtree_control; Slurm's "
+				       "ConstrainCores=yes does); CPUs not "
+				       "narrowed by cgroup", t->v2_parent);
 		return GB_CG_OK;
 	}
 	rc = gb_cg_join(path, sizeof(path), t->v2_parent,
@@ -280,7 +280,7 @@ static int cpuset_reachable(const struct gb_cg *cg, const struct gb_cg_task *t,
 				*ok = 1;
 	if (!*ok && !isolate)
 		return gb_errf(err, errlen, GB_CG_UNSUPPORTED,
-				  NO_CPUSET_CONTROLLER, t->v2_parent);
+			       NO_CPUSET_CONTROLLER, t->v2_parent);
 	return GB_CG_OK;
 }
 
@@ -350,36 +350,36 @@ static int choose_target(const struct gb_cg *cg, const struct gb_cg_task *t,
 		return rc;
 	if (near.cnt == 0 && nbefore > 0)
 		return gb_errf(err, errlen, GB_CG_REFUSED,
-				  "isolate: %d device program(s) apply to %s "
-				  "from above the mounted cgroup2 tree at %s; "
-				  "cannot keep them", (int)nbefore,
-				  t->v2_parent, cg->unified.dir);
+			       "isolate: %d device program(s) apply to %s "
+			       "from above the mounted cgroup2 tree at %s; "
+			       "cannot keep them", (int)nbefore,
+			       t->v2_parent, cg->unified.dir);
 	if (near.cnt == 0 || (near.flags & BPF_F_ALLOW_MULTI))
 		return GB_CG_OK;
 	/* Overridable or exclusive: that one is replaced for our subtree, so
 	 * we must tail-call it. */
 	if (near.cnt != 1)
 		return gb_errf(err, errlen, GB_CG_REFUSED,
-				  "isolate: %s has %u device programs without "
-				  "ALLOW_MULTI", near.dir, near.cnt);
+			       "isolate: %s has %u device programs without "
+			       "ALLOW_MULTI", near.dir, near.cnt);
 	tg->id = near.ids[0];
 	if (!(near.flags & BPF_F_ALLOW_OVERRIDE)) {
 		if (strcmp(near.dir, t->v2_parent) != 0 ||
 		    !only_pid(t->v2_parent, pid, NULL, 0))
 			return gb_errf(err, errlen, GB_CG_REFUSED,
-					  "isolate: %s has an exclusive device "
-					  "program (attach flags 0) that also "
-					  "covers other processes; nothing can "
-					  "be attached below it and it cannot "
-					  "be replaced for this task alone",
-					  near.dir);
+				       "isolate: %s has an exclusive device "
+				       "program (attach flags 0) that also "
+				       "covers other processes; nothing can "
+				       "be attached below it and it cannot "
+				       "be replaced for this task alone",
+				       near.dir);
 		tg->replace = 1;
 	}
 	tg->fd = gb_bpf_prog_fd_by_id(tg->id);
 	if (tg->fd < 0)
 		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "isolate: BPF program id %u on %s: %s", tg->id,
-				  near.dir, strerror(errno));
+			       "isolate: BPF program id %u on %s: %s", tg->id,
+			       near.dir, strerror(errno));
 	return GB_CG_OK;
 }
 
@@ -394,17 +394,17 @@ static int fill_maps(const struct gb_cg *cg, const struct gb_cg_task *t,
 	for (unsigned i = 0; i < n; i++)
 		if (gb_bpf_map_update(t->minors_fd, keys[i], 1) < 0)
 			return gb_errf(err, errlen, GB_CG_ERROR,
-					  "isolate: BPF map update: %s",
-					  strerror(errno));
+				       "isolate: BPF map update: %s",
+				       strerror(errno));
 	if (gb_bpf_map_update(t->tail_fd, 0,
 			      (uint32_t)(tg->fd >= 0 ? tg->fd : cg->allow_fd)) < 0)
 		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "isolate: BPF prog array update (program id "
-				  "%u): %s", tg->id, strerror(errno));
+			       "isolate: BPF prog array update (program id "
+			       "%u): %s", tg->id, strerror(errno));
 	if (gb_bpf_map_freeze(t->minors_fd) < 0 ||
 	    gb_bpf_map_freeze(t->tail_fd) < 0)
 		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "isolate: BPF_MAP_FREEZE: %s", strerror(errno));
+			       "isolate: BPF_MAP_FREEZE: %s", strerror(errno));
 	return GB_CG_OK;
 }
 
@@ -421,8 +421,8 @@ static int isolate_prepare(const struct gb_cg *cg, struct gb_cg_task *t,
 
 	if (t->prog_fd < 0)
 		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "isolate: task %d has no prepared program",
-				  local_id);
+			       "isolate: task %d has no prepared program",
+			       local_id);
 	rc = gb_bpf_query(t->v2_parent, 1, before, nbefore, NULL, err, errlen);
 	if (!rc)
 		rc = choose_target(cg, t, pid, *nbefore, tg, err, errlen);
@@ -448,10 +448,10 @@ static int verify_kept(const char *at, const struct gb_cg_task *t,
 		    (tg->id && before[i] == tg->id))
 			continue;
 		return gb_errf(err, errlen, GB_CG_REFUSED,
-				  "isolate: after attaching to %s, device "
-				  "program id %u that applied to %s no longer "
-				  "applies; undone", at, before[i],
-				  t->v2_parent);
+			       "isolate: after attaching to %s, device "
+			       "program id %u that applied to %s no longer "
+			       "applies; undone", at, before[i],
+			       t->v2_parent);
 	}
 	return GB_CG_OK;
 }
@@ -468,7 +468,7 @@ static int attach_checked(struct gb_cg_task *t, const uint32_t *before,
 	cg_fd = open(at, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (cg_fd < 0)
 		return gb_errf(err, errlen, GB_CG_ERROR, "open %s: %s", at,
-				  strerror(errno));
+			       strerror(errno));
 	if (gb_bpf_attach(cg_fd, t->prog_fd,
 			  tg->replace ? 0 : BPF_F_ALLOW_MULTI) < 0) {
 		e = errno;
@@ -477,9 +477,9 @@ static int attach_checked(struct gb_cg_task *t, const uint32_t *before,
 			t->applied = 0;
 		close(cg_fd);
 		return gb_errf(err, errlen,
-				  e == EPERM ? GB_CG_REFUSED : GB_CG_ERROR,
-				  "isolate: attaching the device program to "
-				  "%s: %s", at, strerror(e));
+			       e == EPERM ? GB_CG_REFUSED : GB_CG_ERROR,
+			       "isolate: attaching the device program to "
+			       "%s: %s", at, strerror(e));
 	}
 	if (tg->replace) {
 		t->replaced = 1;
@@ -529,7 +529,7 @@ static int narrow_and_move(struct gb_cg_task *t, pid_t pid, int cpuset_ok,
 	}
 	if ((cpus || mems) && !cpuset_ok)
 		return gb_errf(err, errlen, GB_CG_UNSUPPORTED,
-				  NO_CPUSET_CONTROLLER, t->v2_parent);
+			       NO_CPUSET_CONTROLLER, t->v2_parent);
 	return GB_CG_OK;
 }
 
@@ -581,15 +581,15 @@ static int detach_in_place(struct gb_cg_task *t, char *err, size_t errlen)
 
 	if (cfd < 0 && errno != ENOENT)
 		return gb_errf(err, errlen, GB_CG_ERROR, "open %s: %s",
-				  t->v2_parent, strerror(errno));
+			       t->v2_parent, strerror(errno));
 	if (cfd >= 0) {
 		int e = gb_bpf_detach(cfd, t->prog_fd) ? errno : 0;
 
 		close(cfd);
 		if (e && e != ENOENT)
 			return gb_errf(err, errlen, GB_CG_ERROR,
-					  "detaching the device program from "
-					  "%s: %s", t->v2_parent, strerror(e));
+				       "detaching the device program from "
+				       "%s: %s", t->v2_parent, strerror(e));
 	}
 	t->attached = 0;
 	return GB_CG_OK;
@@ -607,19 +607,19 @@ static int restore_replaced(struct gb_cg_task *t, char *err, size_t errlen)
 			return GB_CG_OK;
 		}
 		return gb_errf(err, errlen, GB_CG_ERROR, "open %s: %s",
-				  t->v2_parent, strerror(errno));
+			       t->v2_parent, strerror(errno));
 	}
 	pfd = gb_bpf_prog_fd_by_id(t->replaced_id);
 	if (pfd < 0) {
 		rc = gb_errf(err, errlen, GB_CG_ERROR,
-				"restoring device program id %u on %s: %s",
-				t->replaced_id, t->v2_parent, strerror(errno));
+			     "restoring device program id %u on %s: %s",
+			     t->replaced_id, t->v2_parent, strerror(errno));
 	} else {
 		if (gb_bpf_attach(cfd, pfd, 0) < 0)
 			rc = gb_errf(err, errlen, GB_CG_ERROR,
-					"restoring device program id %u on "
-					"%s: %s", t->replaced_id, t->v2_parent,
-					strerror(errno));
+				     "restoring device program id %u on "
+				     "%s: %s", t->replaced_id, t->v2_parent,
+				     strerror(errno));
 		close(pfd);
 	}
 	close(cfd);

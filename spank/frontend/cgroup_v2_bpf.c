@@ -63,9 +63,9 @@ int gb_bpf_prog_load(const struct gb_devprog *p, const char *name, char *err,
 		const char *last = verifier_last_line();
 
 		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "isolate: loading BPF device program %s: %s%s%s",
-				  name, strerror(e), *verifier_log ? "; verifier: " : "",
-				  last);
+			       "isolate: loading BPF device program %s: %s%s%s",
+			       name, strerror(e), *verifier_log ? "; verifier: " : "",
+			       last);
 	}
 }
 
@@ -84,8 +84,8 @@ int gb_bpf_map_create(enum bpf_map_type type, unsigned entries,
 	fd = (int)sys_bpf(BPF_MAP_CREATE, &a);
 	if (fd < 0)
 		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "isolate: creating BPF map %s: %s", name,
-				  strerror(errno));
+			       "isolate: creating BPF map %s: %s", name,
+			       strerror(errno));
 	return fd;
 }
 
@@ -156,7 +156,7 @@ int gb_bpf_query(const char *dir, int effective, uint32_t *ids,
 	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return gb_errf(err, errlen, GB_CG_ERROR, "open %s: %s", dir,
-				  strerror(errno));
+			       strerror(errno));
 	memset(&a, 0, sizeof(a));
 	a.query.target_fd = (uint32_t)fd;
 	a.query.attach_type = BPF_CGROUP_DEVICE;
@@ -168,9 +168,9 @@ int gb_bpf_query(const char *dir, int effective, uint32_t *ids,
 	close(fd);
 	if (rc < 0)
 		return gb_errf(err, errlen, GB_CG_ERROR,
-				  "isolate: BPF_PROG_QUERY on %s: %s%s", dir,
-				  strerror(e),
-				  e == ENOSPC ? " (more than 64 programs)" : "");
+			       "isolate: BPF_PROG_QUERY on %s: %s%s", dir,
+			       strerror(e),
+			       e == ENOSPC ? " (more than 64 programs)" : "");
 	*cnt = a.query.prog_cnt;
 	if (flags)
 		*flags = a.query.attach_flags;
