@@ -3,6 +3,7 @@ package rule_test
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -180,24 +181,7 @@ func TestVisibleFirstRespectsDeviceCgroup(t *testing.T) {
 	tab := planFixture(t, "dgx4nic-2cpu", "closest,visible=first", 2, "0,1,2,3")
 	dev := fakeDevs(t, tab)
 	res := applyAll(t, tab, 2, []string{"0"}, func(L int) []string { return []string{dev + "/nvidia1"} })
-	for L, r := range res {
-		for _, g := range r.GPUs {
-			if g == 1 {
-				t.Errorf("task %d sees GPU 1, which its cgroup denies: %v", L, r.GPUs)
-			}
-		}
-		if len(r.GPUs) != 3 {
-			t.Errorf("task %d: %v, want the 3 GPUs it may open", L, r.GPUs)
-		}
-		// Relative numbers: GPU 0 -> 0, GPU 2 -> 1, GPU 3 -> 2.
-		var want []string
-		for _, g := range r.GPUs {
-			want = append(want, map[int]string{0: "0", 2: "1", 3: "2"}[g])
-		}
-		if e := env(r); e["CUDA_VISIBLE_DEVICES"] != strings.Join(want, ",") {
-			t.Errorf("task %d: CUDA_VISIBLE_DEVICES=%s, want %s", L, e["CUDA_VISIBLE_DEVICES"], strings.Join(want, ","))
-		}
-	}
+	checkWithoutGPU1(t, res, "its cgroup denies it")
 }
 
 // visible=own (the default) changes nothing: one GPU, device 0.
@@ -210,5 +194,23 @@ func TestVisibleOwnUnchanged(t *testing.T) {
 	}
 	if _, err := gpubind.ParseOption("closest,visible=all"); err == nil || !strings.Contains(err.Error(), "visible=own, visible=first or visible=localid") {
 		t.Errorf("visible=all: %v", err)
+	}
+}
+
+// checkWithoutGPU1: every task got the step's GPUs 0, 2 and 3 but not GPU 1 (why says why
+// it may not open it), numbered as CUDA will inside the task: GPU 0 -> 0, 2 -> 1, 3 -> 2.
+func checkWithoutGPU1(t *testing.T, res []rule.Result, why string) {
+	t.Helper()
+	for L, r := range res {
+		if slices.Contains(r.GPUs, 1) || len(r.GPUs) != 3 {
+			t.Errorf("task %d: %v, want the 3 GPUs other than GPU 1 (%s)", L, r.GPUs, why)
+		}
+		var want []string
+		for _, g := range r.GPUs {
+			want = append(want, map[int]string{0: "0", 2: "1", 3: "2"}[g])
+		}
+		if e := env(r); e["CUDA_VISIBLE_DEVICES"] != strings.Join(want, ",") {
+			t.Errorf("task %d: CUDA_VISIBLE_DEVICES=%s, want %s", L, e["CUDA_VISIBLE_DEVICES"], strings.Join(want, ","))
+		}
 	}
 }
