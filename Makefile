@@ -36,7 +36,8 @@ endif
 # (Debian 12's 22.05), the others are built from ../shared/slurm by tests/slurm/build.sh and
 # cached (SLURM_CACHE_DIR, default /var/cache/gpubind/slurm).
 SLURM_MATRIX ?= system 24.11.7 26.05.3
-INTEGRATION_PKGS := ./tests/cluster/... ./tests/plugin/... ./tests/cgroup/... ./tests/helper/... ./tests/sitedefault/...
+INTEGRATION_PKGS := ./tests/cluster/... ./tests/plugin/... ./tests/cgroup/... ./tests/helper/... ./tests/sitedefault/... \
+                    ./tests/python/...
 GO_LDFLAGS   := -X github.com/gpubind/gpubind/gpubind.Version=$(VERSION)
 GOTESTFLAGS  ?=
 # go-nvml's header marks many calls deprecated; those warnings say nothing about our code.
@@ -47,7 +48,8 @@ PMIX_LIBS    := $(shell pkg-config --libs pmix 2>/dev/null)
 # Debian packages the build, tests, demo and benchmarks need.
 DEB_PACKAGES := slurmctld slurmd slurm-client libslurm-dev munge libpmix-dev openmpi-bin \
                 libopenmpi-dev pkg-config gcc g++ make procps util-linux psmisc iproute2 \
-                libc6-dev hostname
+                libc6-dev hostname \
+                python3 python3-torch python3-pytest
 
 .PHONY: all deps build test slurm-matrix check-slurm-version test-unit test-integration demo bench bench-scale install uninstall clean \
         engine plugin helper cli fmt vet
