@@ -7,6 +7,7 @@
 #include "gpubind.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -380,7 +381,8 @@ static void apply_admin_flags(struct gb_table *t)
  * The table of this step from the launcher, in step.plan. Returns 0, or
  * plan_failed's value with why it failed.
  */
-static int plan_from_engine(const char *launcher, const char *request,
+static int plan_from_engine(const char *launcher, int launcher_fd,
+			    int snapshot_fd, const char *request,
 			    const char *option, struct gb_plancache *pc)
 {
 	char err[1024], why[2200], ex[128];
@@ -388,8 +390,8 @@ static int plan_from_engine(const char *launcher, const char *request,
 	uint32_t ntasks = step.local_task_count;
 	int rc;
 
-	rc = gb_run_launcher(launcher, request, gb_conf.timeout_ms, &res, err,
-			     sizeof(err));
+	rc = gb_run_launcher(launcher_fd, launcher, snapshot_fd, request,
+			     gb_conf.timeout_ms, &res, err, sizeof(err));
 	describe_exit(&res, ex, sizeof(ex));
 	if (rc) {
 		free(res.out);
@@ -442,25 +444,41 @@ static int plan_step(spank_t sp, const char *option)
 	char launcher[1024], flags[64], err[2400];
 	struct req r = { 0 };
 	struct gb_plancache pc;
-	int rc;
+	int rc, lfd = -1, sfd = -1;
 
-	/* What runs as root, or is read as root, must be root's (trust.c). */
+	/*
+	 * What runs as root, or is read as root, must be root's, all the way
+	 * from / (trust.c); the launcher runs from, and the snapshot is read
+	 * from, the fd that was checked.
+	 */
+	err[0] = '\0';
 	if (gb_launcher_path(launcher, sizeof(launcher)) ||
-	    gb_trust_file("launcher", launcher, err, sizeof(err)) ||
+	    (lfd = gb_trust_open("launcher", launcher, O_PATH, err,
+				 sizeof(err))) < 0 ||
 	    (gb_conf.snapshot[0] &&
-	     gb_trust_file("snapshot", gb_conf.snapshot, err, sizeof(err))))
-		return plan_failed(err);
+	     (sfd = gb_trust_open("snapshot", gb_conf.snapshot, O_RDONLY, err,
+				  sizeof(err))) < 0)) {
+		if (lfd >= 0)
+			(void) close(lfd);
+		return plan_failed(err[0] ? err : "the launcher path is too long");
+	}
 
 	if (build_request(sp, option, &r)) {
 		free(r.p);
+		(void) close(lfd);
+		if (sfd >= 0)
+			(void) close(sfd);
 		return plan_failed("cannot build the plan request");
 	}
 	/* A step shape planned before: its table, no launcher. */
 	gb_plancache_begin(&pc, launcher, r.p);
 	rc = 0;
 	if (!gb_plancache_get(&pc, step.local_task_count, &step.plan))
-		rc = plan_from_engine(launcher, r.p, option, &pc);
+		rc = plan_from_engine(launcher, lfd, sfd, r.p, option, &pc);
 	free(r.p);
+	(void) close(lfd);
+	if (sfd >= 0)
+		(void) close(sfd);
 	if (rc || step.problem[0]) {
 		gb_plancache_end(&pc);
 		return rc;
