@@ -6,9 +6,10 @@
  *   args.c          plugstack.conf arguments and option precedence
  *   local.c         srun/sbatch/salloc: option callback, early check, `help`
  *   stepd.c         slurmstepd: the step's facts, plan, per-task application
- *   cgroup_stepd.c  slurmstepd: the isolate/cpus flags, calls into cgroup_*.c
+ *   cgroup_stepd.c  slurmstepd: the isolate/cpus flags, calls into cgroup/
+ *   cgroup/         the cgroup layer: probe, lifecycle, a backend per version
  *   child.c         the engine process: start gpubind-launcher (vfork, execveat), pipe, reap
- *   trust.c         owner and mode checks of the files run or read as root
+ *   trust.c         the files run or read as root: path walked from /, fd kept
  *   plancache.c     decision tables kept by step shape
  *   log.c           "gpubind: " logging helpers
  *   ../../rule/table.c  decision table parser and the per-task rule (no Slurm)
@@ -100,8 +101,6 @@ int gb_stepd_task_post_fork(spank_t sp);
 int gb_stepd_task_exit(spank_t sp);
 void gb_stepd_user_init(void);
 void gb_stepd_exit(void);
-/* The CPUs the step may use (its cpuset), NULL when unknown. */
-const cpu_set_t *gb_stepd_step_cpus(void);
 struct gb_table;
 const struct gb_table *gb_stepd_plan(void);
 

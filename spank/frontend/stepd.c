@@ -88,7 +88,8 @@ void gb_stepd_user_init(void)
 			 strerror(errno));
 }
 
-const cpu_set_t *gb_stepd_step_cpus(void)
+/* The CPUs the step may use (its cpuset), NULL when unknown. */
+static const cpu_set_t *step_cpus(void)
 {
 	return step.have_cpus ? &step.cpus : NULL;
 }
@@ -689,7 +690,7 @@ static int task_rule(struct task *tk)
 
 	gb_binds_parse(plan, tk->bind_type, tk->bind_list, &binds);
 	if (gb_rule_apply(plan, tk->lid, &binds, tk->ownp,
-			  gb_stepd_step_cpus(), &tk->res, err, sizeof(err)) ||
+			  step_cpus(), &tk->res, err, sizeof(err)) ||
 	    /* Within the GPUs the task's device cgroup lets it open (Slurm's
 	     * per-task binding, isolate), numbered as CUDA will number them. */
 	    gb_result_restrict(plan, &tk->res, NULL, err, sizeof(err))) {
@@ -902,7 +903,7 @@ int gb_stepd_task_post_fork(spank_t sp)
 		gb_spank_error("spank_get_item", "S_TASK_PID", rc);
 		lid = -1;
 	}
-	return gb_stepcg_task_post_fork(&step.plan, lid, pid);
+	return gb_stepcg_task_post_fork(&step.plan, lid, pid, step_cpus());
 }
 
 int gb_stepd_task_exit(spank_t sp)
