@@ -40,15 +40,28 @@ INTEGRATION_PKGS := ./tests/cluster/... ./tests/plugin/... ./tests/cgroup/... ./
                     ./tests/python/...
 GO_LDFLAGS   := -X github.com/gpubind/gpubind/gpubind.Version=$(VERSION)
 GOTESTFLAGS  ?=
+# Every go test run of `make test` goes through tests/testreport: the terminal shows what a
+# plain go test prints, and $(TEST_REPORT)/RUN.json (RUN: system, 24.11.7, ...) keeps the
+# whole -json stream, each skipped test and its message included, for .ci/run's check of the
+# skips against tests/allowed-skips.txt.
+TEST_REPORT  ?= $(BUILD)/test-report
+# $(call gotest,RUN,SLURM_PREFIX,PACKAGES): one go test run of `make test`.
+gotest = set -o pipefail; SLURM_PREFIX=$(2) $(GO) test -json $(GOTESTFLAGS) -count=1 -timeout 20m $(3) | \
+         $(BUILD)/testreport filter $(if $(filter -v -test.v,$(GOTESTFLAGS)),-v) -json $(TEST_REPORT)/$(1).json
 # go-nvml's header marks many calls deprecated; those warnings say nothing about our code.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 PMIX_CFLAGS  := $(shell pkg-config --cflags pmix 2>/dev/null)
 PMIX_LIBS    := $(shell pkg-config --libs pmix 2>/dev/null)
 
-# Debian packages the build, tests, demo and benchmarks need.
+# Debian packages the build, tests, demo and benchmarks need. The second line: the tools the
+# packaging, CMake and man page tests run (rpm includes rpmbuild and rpm2cpio in Debian 12;
+# $(DEB_TOOLS) and $(RPM_TOOLS) of packaging/packaging.mk are in it). A test skips when its
+# tool is missing, and CI fails on every skip not in tests/allowed-skips.txt: a tool Debian
+# has belongs here, not there.
 DEB_PACKAGES := slurmctld slurmd slurm-client libslurm-dev munge libpmix-dev openmpi-bin \
                 libopenmpi-dev pkg-config gcc g++ make procps util-linux psmisc iproute2 \
-                libc6-dev hostname \
+                libc6-dev hostname mount binutils \
+                rpm cpio cmake man-db groff-base debhelper dpkg-dev fakeroot \
                 python3 python3-torch python3-pytest
 
 .PHONY: all deps build test slurm-matrix check-slurm-version test-unit test-integration demo bench bench-scale install uninstall clean \
@@ -99,12 +112,14 @@ helper:
 # other Slurm of SLURM_MATRIX (built on first use, about 4 minutes each on 2 cores, then cached).
 test: deps build
 	$(GO) vet ./...
+	$(GO) build -o $(BUILD)/testreport ./tests/testreport/cmd/testreport
+	@rm -rf $(TEST_REPORT) && mkdir -p $(TEST_REPORT)
 	@echo "==== Slurm system ($$(slurmd -V)): all packages ===="
-	SLURM_PREFIX=/usr $(GO) test $(GOTESTFLAGS) -count=1 -timeout 20m ./...
+	$(call gotest,system,/usr,./...)
 	@set -e; for v in $(filter-out system,$(SLURM_MATRIX)); do \
 	    prefix=$$(tests/slurm/build.sh $$v); \
 	    echo "==== Slurm $$v ($$prefix): integration packages ===="; \
-	    SLURM_PREFIX=$$prefix $(GO) test $(GOTESTFLAGS) -count=1 -timeout 20m $(INTEGRATION_PKGS); \
+	    $(call gotest,$$v,$$prefix,$(INTEGRATION_PKGS)); \
 	done
 
 # Build (or find in the cache) every Slurm of the matrix; prints their prefixes.

@@ -17,10 +17,13 @@ const (
 
 // DiscoverOptions selects where topology facts come from.
 type DiscoverOptions struct {
-	Source   string         // auto (default), nvml, sysfs, snapshot
-	Root     string         // read ROOT/sys and ROOT/proc; "" or "/" for the host
-	Snapshot string         // snapshot file (source snapshot)
-	NVML     nvml.Interface // nil: go-nvml's real library
+	Source   string // auto (default), nvml, sysfs, snapshot
+	Root     string // read ROOT/sys and ROOT/proc; "" or "/" for the host
+	Snapshot string // snapshot file (source snapshot)
+	// SnapshotData, when not nil, is the snapshot file's content, already read (the
+	// launcher reads it from the fd the plugin checked); Snapshot then only names it.
+	SnapshotData []byte
+	NVML         nvml.Interface // nil: go-nvml's real library
 }
 
 // Discover builds the topology. With source auto it uses NVML when the library loads
@@ -42,7 +45,7 @@ func Discover(o DiscoverOptions) (topo *Topology, notes []string, err error) {
 		if o.Snapshot == "" {
 			return nil, nil, fmt.Errorf("source snapshot needs a snapshot file")
 		}
-		t, err := LoadSnapshot(o.Snapshot)
+		t, err := o.loadSnapshot()
 		if err != nil {
 			return nil, nil, err
 		}
@@ -67,7 +70,7 @@ func Discover(o DiscoverOptions) (topo *Topology, notes []string, err error) {
 			return t, nil, err
 		}
 		// A tree paired with its snapshot: sysfs facts plus the snapshot's NVLinks and MIG.
-		snap, err := LoadSnapshot(o.Snapshot)
+		snap, err := o.loadSnapshot()
 		if err != nil {
 			return nil, nil, err
 		}
@@ -207,4 +210,16 @@ func graceMemoryNode(g, s *GPU, sys *Topology) {
 	g.NUMA = near
 	g.setSource("numa", BackendSysfs)
 	g.setSource("memory_numa", BackendNVML)
+}
+
+// loadSnapshot is the snapshot of o: its SnapshotData, else the file Snapshot.
+func (o DiscoverOptions) loadSnapshot() (*Topology, error) {
+	if o.SnapshotData == nil {
+		return LoadSnapshot(o.Snapshot)
+	}
+	t, err := ParseSnapshot(o.SnapshotData)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", o.Snapshot, err)
+	}
+	return t, nil
 }

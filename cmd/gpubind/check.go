@@ -573,7 +573,7 @@ func (c *checker) checkCacheDir() {
 }
 
 // checkCgroup reads the cgroup mounts from mountinfo and says whether the isolate and cpus
-// flags can work. Its parser is its own, not the plugin's (spank/frontend/cgroup_common.c).
+// flags can work. Its parser is its own, not the plugin's (spank/frontend/cgroup/fs.c).
 func (c *checker) checkCgroup() {
 	mi := c.under("/proc/self/mountinfo")
 	// Not ReadSmallFile: procfs files report size 0.

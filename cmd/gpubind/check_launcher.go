@@ -6,7 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpubind/gpubind/gpubind"
 )
@@ -74,35 +75,97 @@ func unwrapPathError(err error) error {
 	return err
 }
 
-// trustFile is the plugin's check (spank/frontend/trust.c): a regular file owned by root and
-// not writable by group or others, in a directory of the same kind.
+// trustFile is the plugin's check (spank/frontend/trust.c), the same walk: every directory
+// from / to the file, symbolic links followed (at most 40), must be root's and not writable
+// by group or others, except a sticky directory (/tmp) where the entry in it is root's; the
+// file must be a regular file, root's, not writable by group or others. The error names the
+// component that fails.
 func trustFile(what, path string) error {
-	real, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		return fmt.Errorf("%s %s: %v", what, path, unwrapPathError(err))
+	if !filepath.IsAbs(path) {
+		return fmt.Errorf("%s %s is not an absolute path", what, path)
 	}
-	one := func(p, which string) error {
-		st, err := os.Stat(p)
-		if err != nil {
-			return fmt.Errorf("%s%s %s: %v", which, what, path, unwrapPathError(err))
+	trusted := func(st *unix.Stat_t) bool { return st.Uid == 0 || int(st.Uid) == os.Geteuid() }
+	check := func(name string, st *unix.Stat_t, openToOthers bool, parent string) error {
+		if openToOthers && !trusted(st) {
+			return fmt.Errorf("%s is owned by uid %d in %s, a directory others can write", name, st.Uid, parent)
 		}
-		if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid != 0 {
-			return fmt.Errorf("%s%s %s is owned by uid %d, not root", which, what, path, sys.Uid)
+		if !trusted(st) {
+			return fmt.Errorf("%s is owned by uid %d, not root", name, st.Uid)
 		}
-		if st.Mode().Perm()&0o022 != 0 {
-			return fmt.Errorf("%s%s %s is writable by group or others (mode %04o)", which, what, path, st.Mode().Perm())
+		if st.Mode&0o022 == 0 || (st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Mode&unix.S_ISVTX != 0) {
+			return nil
 		}
-		return nil
+		return fmt.Errorf("%s is writable by group or others (mode %04o)", name, st.Mode&0o7777)
 	}
-	if st, err := os.Stat(real); err == nil && !st.Mode().IsRegular() {
-		return fmt.Errorf("%s %s is not a regular file", what, path)
+	dirName := func(d string) string { return "the directory " + d + " of " + what + " " + path }
+	var st unix.Stat_t
+	if err := unix.Stat("/", &st); err != nil {
+		return fmt.Errorf("%s %s: /: %v", what, path, err)
 	}
-	if err := one(real, ""); err != nil {
+	if err := check(dirName("/"), &st, false, ""); err != nil {
 		return err
 	}
-	if err := one(filepath.Dir(real), "the directory "+filepath.Dir(real)+" of "); err != nil {
-		return err
+	at, open := []string{}, st.Mode&0o022 != 0
+	rest := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	for links := 0; len(rest) > 0; {
+		comp := rest[0]
+		rest = rest[1:]
+		if comp == "" || comp == "." {
+			continue
+		}
+		parent := "/" + strings.Join(at, "/")
+		if comp == ".." {
+			if len(at) > 0 {
+				at = at[:len(at)-1]
+			}
+			var pst unix.Stat_t
+			open = unix.Stat("/"+strings.Join(at, "/"), &pst) == nil && pst.Mode&0o022 != 0
+			continue
+		}
+		full := filepath.Join(parent, comp)
+		if err := unix.Lstat(full, &st); err != nil {
+			return fmt.Errorf("%s %s: %v (at %s)", what, path, err, full)
+		}
+		last := true
+		for _, r := range rest {
+			if r != "" {
+				last = false
+			}
+		}
+		switch {
+		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+			if open && !trusted(&st) {
+				return fmt.Errorf("the symbolic link %s on the way to %s %s is owned by uid %d in a directory others can write", full, what, path, st.Uid)
+			}
+			if links++; links > 40 {
+				return fmt.Errorf("%s %s: too many levels of symbolic links (at %s)", what, path, full)
+			}
+			target, err := os.Readlink(full)
+			if err != nil {
+				return fmt.Errorf("%s %s: %v (at %s)", what, path, unwrapPathError(err), full)
+			}
+			if strings.HasPrefix(target, "/") {
+				at, open = nil, false
+				var rst unix.Stat_t
+				if unix.Stat("/", &rst) == nil {
+					open = rst.Mode&0o022 != 0
+				}
+			}
+			rest = append(strings.Split(target, "/"), rest...)
+		case !last:
+			if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+				return fmt.Errorf("%s %s: not a directory (at %s)", what, path, full)
+			}
+			if err := check(dirName(full), &st, open, parent); err != nil {
+				return err
+			}
+			at, open = append(at, comp), st.Mode&0o022 != 0
+		default:
+			if st.Mode&unix.S_IFMT != unix.S_IFREG {
+				return fmt.Errorf("%s %s is not a regular file", what, path)
+			}
+			return check(what+" "+path, &st, open, parent)
+		}
 	}
-	// A symbolic link: whoever may replace it chooses the file too.
-	return one(filepath.Dir(path), "the directory "+filepath.Dir(path)+" of ")
+	return fmt.Errorf("%s %s is not a regular file", what, path)
 }

@@ -248,6 +248,20 @@ func TestCheckLauncher(t *testing.T) {
 		rc, items := n.check(t)
 		expect(t, rc, items, "launcher", statusFail, `engine .*gpubind_engine\.so is writable by group or others \(mode 0775\)`)
 	})
+	// The walk from /, as slurmstepd's (spank/frontend/trust.c): a directory above the
+	// launcher that another account owns is named (issue 34).
+	t.Run("directory of another account above", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to give a directory to another account")
+		}
+		n := healthyNode(t)
+		above := filepath.Dir(filepath.Dir(filepath.Join(n.root, l)))
+		if err := os.Chown(above, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		rc, items := n.check(t)
+		expect(t, rc, items, "launcher", statusFail, `the directory `+regexp.QuoteMeta(above)+` of launcher .*/gpubind-launcher is owned by uid 65534, not root`)
+	})
 	t.Run("launcher=", func(t *testing.T) {
 		n := healthyNode(t)
 		setPlugstack(t, n.root, "required "+fixturePluginDir+"/spank_gpubind.so mode=enforce default=off cache_dir=/run/gpubind launcher=/opt/gb/launcher")

@@ -45,8 +45,8 @@ func cacheKey(req *Request) (string, error) {
 	}
 	snap := "-"
 	if req.Snapshot != "" {
-		if st, err := os.Stat(req.Snapshot); err == nil {
-			snap = fmt.Sprintf("%s:%d:%d", req.Snapshot, st.Size(), st.ModTime().UnixNano())
+		if size, mtime, err := statSnapshot(req); err == nil {
+			snap = fmt.Sprintf("%s:%d:%d", req.Snapshot, size, mtime)
 		} else {
 			snap = req.Snapshot + ":missing"
 		}
@@ -212,6 +212,13 @@ func writeCache(dir, path, key string, t *gpubind.Topology) error {
 // say so in the notes.
 func loadTopology(req *Request) (*gpubind.Topology, []string, error) {
 	opts := gpubind.DiscoverOptions{Source: req.Source, Root: req.Root, Snapshot: req.Snapshot, NVML: nvmlLib}
+	if req.SnapshotFD >= 0 {
+		data, err := readSnapshotFD(req)
+		if err != nil {
+			return nil, nil, err
+		}
+		opts.SnapshotData = data
+	}
 	if req.Source == gpubind.SourceSnapshot || (req.Source == "" && req.Snapshot != "") {
 		opts.Source = gpubind.SourceSnapshot
 		t, notes, err := gpubind.Discover(opts)
@@ -251,4 +258,48 @@ func loadTopology(req *Request) (*gpubind.Topology, []string, error) {
 		}
 	}
 	return t, notes, nil
+}
+
+// statSnapshot is the snapshot file's size and mtime (ns): from its fd when the plugin gave
+// one (never an os.File there: its finalizer would close the fd).
+func statSnapshot(req *Request) (int64, int64, error) {
+	if req.SnapshotFD >= 0 {
+		var st syscall.Stat_t
+		if err := syscall.Fstat(req.SnapshotFD, &st); err != nil {
+			return 0, 0, err
+		}
+		return st.Size, st.Mtim.Nano(), nil
+	}
+	st, err := os.Stat(req.Snapshot)
+	if err != nil {
+		return 0, 0, err
+	}
+	return st.Size(), st.ModTime().UnixNano(), nil
+}
+
+// readSnapshotFD reads the snapshot from the fd the plugin checked (spank/frontend/trust.c),
+// never from its path: whatever happened to the path since, this is the file that was
+// checked. At most gpubind.MaxSnapshotBytes.
+func readSnapshotFD(req *Request) ([]byte, error) {
+	var buf []byte
+	chunk := make([]byte, 64<<10)
+	for {
+		n, err := syscall.Pread(req.SnapshotFD, chunk, int64(len(buf)))
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("snapshot %s (fd %d): %v", req.Snapshot, req.SnapshotFD, err)
+		}
+		if n == 0 {
+			if buf == nil {
+				buf = []byte{}
+			}
+			return buf, nil
+		}
+		buf = append(buf, chunk[:n]...)
+		if len(buf) > gpubind.MaxSnapshotBytes {
+			return nil, fmt.Errorf("snapshot %s is more than %d bytes", req.Snapshot, gpubind.MaxSnapshotBytes)
+		}
+	}
 }

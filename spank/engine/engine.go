@@ -36,6 +36,7 @@ type Request struct {
 	Source     string
 	Root       string
 	Snapshot   string
+	SnapshotFD int // the checked snapshot file, open on this fd (-1: none; read Snapshot)
 	CacheDir   string
 	GresConf   string
 	SlurmConf  string // slurmstepd's own SLURM_CONF ("": unknown)
@@ -63,7 +64,7 @@ func ParseRequest(text string) (*Request, error) {
 	if len(text) > MaxRequestBytes {
 		return nil, fmt.Errorf("request is %d bytes, more than %d", len(text), MaxRequestBytes)
 	}
-	r := &Request{Env: map[string]string{}, UID: -1, GID: -1, LocalTasks: -1}
+	r := &Request{Env: map[string]string{}, UID: -1, GID: -1, LocalTasks: -1, SnapshotFD: -1}
 	seen := map[string]bool{}
 	for i, line := range strings.Split(text, "\n") {
 		if line == "" {
@@ -91,6 +92,8 @@ func ParseRequest(text string) (*Request, error) {
 			r.Root = v
 		case "snapshot":
 			r.Snapshot = v
+		case "snapshot_fd":
+			r.SnapshotFD, err = atoi(k, v, 0, 1<<20)
 		case "cache_dir":
 			r.CacheDir = v
 		case "gres_conf":

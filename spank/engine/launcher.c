@@ -2,13 +2,14 @@
 
 /*
  * gpubind-launcher, before the Go runtime starts: a constructor that runs
- * when the plugin in slurmstepd has posix_spawn'ed this program (argv
- * "plan PPID TIMEOUT_MS", request on fd 0, table pipe on fd 3). It makes the
+ * when the plugin in slurmstepd has started this program (argv
+ * "plan PPID TIMEOUT_MS", request on fd 0, table pipe on fd 3, the checked
+ * snapshot= file on fd 4 when the request says snapshot_fd=4). It makes the
  * process a bounded, killable worker before any Go code runs:
  *   - default signal dispositions, nothing blocked;
  *   - SIGKILL when slurmstepd dies (PR_SET_PDEATHSIG), and exit at once if
  *     it has died already;
- *   - every fd above 3 closed;
+ *   - every fd above 4 closed;
  *   - oom_score_adj 0 if it was lower: slurmstepd runs at -1000 and the
  *     launcher would otherwise inherit it, out of the OOM killer's reach;
  *   - rlimits: CPU time, open files, no core, file size.
@@ -30,6 +31,7 @@
 #include <unistd.h>
 
 #define GB_LAUNCHER_TABLE_FD 3
+#define GB_LAUNCHER_SNAPSHOT_FD 4
 #define GB_LAUNCHER_NOFILE 1024
 #define GB_LAUNCHER_FSIZE (64L * 1024 * 1024)
 
@@ -117,7 +119,7 @@ __attribute__((constructor)) static void gb_launcher_start(int argc, char **argv
 		_exit(3);
 	if (fcntl(GB_LAUNCHER_TABLE_FD, F_GETFD) < 0 || fcntl(0, F_GETFD) < 0)
 		_exit(3);
-	close_from(GB_LAUNCHER_TABLE_FD + 1);
+	close_from(GB_LAUNCHER_SNAPSHOT_FD + 1);
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = SIG_DFL;

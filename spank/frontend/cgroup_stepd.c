@@ -1,13 +1,13 @@
 /*
  * slurmstepd side of the cgroup flags (isolate, cpus): which GPUs and CPUs a
  * task gets, decided in the parent in task_post_fork, and the calls into the
- * cgroup code. Everything after fork is plain C on memory allocated in
+ * cgroup layer (cgroup/cgroup.h). Everything after fork is plain C on memory allocated in
  * init_post_opt (task_post_fork may run in a clone(CLONE_VM) child under
  * contain_spank). docs/cgroups.md explains the whole design.
  */
 #include "cgroup_stepd.h"
 
-#include "cgroup.h"
+#include "cgroup/cgroup.h"
 #include "gpubind.h"
 
 #include <errno.h>
@@ -116,9 +116,9 @@ int gb_stepcg_prepare(uint32_t job, uint32_t step,
  * one the rule makes in the task, which depends on tasks 0..lid only.
  */
 static int decide(const struct gb_table *plan, int lid, pid_t pid,
-		  struct gb_result *r, char *err, size_t errlen)
+		  const cpu_set_t *step, struct gb_result *r, char *err,
+		  size_t errlen)
 {
-	const cpu_set_t *step = gb_stepd_step_cpus();
 	struct gb_binds binds = { stepcg.masks, stepcg.valid, lid + 1 };
 	cpu_set_t own;
 
@@ -139,7 +139,8 @@ static int decide(const struct gb_table *plan, int lid, pid_t pid,
 	return gb_rule_apply(plan, lid, &binds, &own, step, r, err, errlen);
 }
 
-int gb_stepcg_task_post_fork(const struct gb_table *plan, int lid, pid_t pid)
+int gb_stepcg_task_post_fork(const struct gb_table *plan, int lid, pid_t pid,
+			     const cpu_set_t *step_cpus)
 {
 	int minors[GB_MAX_PER_TASK], rc;
 	struct gb_result r;
@@ -157,7 +158,7 @@ int gb_stepcg_task_post_fork(const struct gb_table *plan, int lid, pid_t pid)
 		return post_fork_failed(why);
 	}
 	stepcg.task_pids[lid] = pid;
-	if (decide(plan, lid, pid, &r, err, sizeof(err))) {
+	if (decide(plan, lid, pid, step_cpus, &r, err, sizeof(err))) {
 		(void) snprintf(why, sizeof(why), "cgroup binding: task %d: %s",
 				lid, err);
 		return post_fork_failed(why);

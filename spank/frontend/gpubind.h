@@ -6,15 +6,16 @@
  *   args.c          plugstack.conf arguments and option precedence
  *   local.c         srun/sbatch/salloc: option callback, early check, `help`
  *   stepd.c         slurmstepd: the step's facts, plan, per-task application
- *   cgroup_stepd.c  slurmstepd: the isolate/cpus flags, calls into cgroup_*.c
- *   child.c         the engine process: posix_spawn gpubind-launcher, pipe, reap
- *   trust.c         owner and mode checks of the files run or read as root
+ *   cgroup_stepd.c  slurmstepd: the isolate/cpus flags, calls into cgroup/
+ *   cgroup/         the cgroup layer: probe, lifecycle, a backend per version
+ *   child.c         the engine process: start gpubind-launcher (vfork, execveat), pipe, reap
+ *   trust.c         the files run or read as root: path walked from /, fd kept
  *   plancache.c     decision tables kept by step shape
  *   log.c           "gpubind: " logging helpers
  *   ../../rule/table.c  decision table parser and the per-task rule (no Slurm)
  * No Go runtime ever runs in the process that loads this file, nor in a fork
  * of it: the engine runs in the program gpubind-launcher, which slurmstepd
- * starts with posix_spawn (docs/architecture.md).
+ * starts with vfork and execveat (docs/architecture.md).
  */
 #ifndef GPUBIND_FRONTEND_H
 #define GPUBIND_FRONTEND_H
@@ -100,8 +101,6 @@ int gb_stepd_task_post_fork(spank_t sp);
 int gb_stepd_task_exit(spank_t sp);
 void gb_stepd_user_init(void);
 void gb_stepd_exit(void);
-/* The CPUs the step may use (its cpuset), NULL when unknown. */
-const cpu_set_t *gb_stepd_step_cpus(void);
 struct gb_table;
 const struct gb_table *gb_stepd_plan(void);
 
@@ -124,13 +123,16 @@ struct gb_child_result {
 	int unreaped;       /* still there GB_REAP_GRACE_MS after SIGKILL */
 };
 /*
- * Run the launcher on request: posix_spawn, table read back until EOF or
- * timeout_ms, then SIGKILL and a bounded reap. 0 with res->out, or -1 with
- * err set.
+ * Run the launcher (launcher_fd: gb_trust_open's O_PATH fd, name: its path
+ * for argv[0] and messages) on request: clone(CLONE_VM|CLONE_VFORK) and
+ * execveat of the fd, the table read back until EOF or timeout_ms, then
+ * SIGKILL and a bounded reap. snapshot_fd (-1: none) is the checked
+ * snapshot= file, given to the launcher as fd 4 with snapshot_fd=4 in the
+ * request. 0 with res->out, or -1 with err set.
  */
-int gb_run_launcher(const char *launcher, const char *request,
-		    int timeout_ms, struct gb_child_result *res, char *err,
-		    size_t errlen);
+int gb_run_launcher(int launcher_fd, const char *name, int snapshot_fd,
+		    const char *request, int timeout_ms,
+		    struct gb_child_result *res, char *err, size_t errlen);
 /* The launcher to run: launcher= or GB_LAUNCHER_PATH. */
 int gb_launcher_path(char *buf, size_t len);
 extern const char gpubind_launcher_path[];
@@ -139,11 +141,18 @@ extern const char gpubind_launcher_path[];
 int gb_engine_path(char *buf, size_t len);
 
 /*
- * trust.c: a file slurmstepd runs or has read as root (what: "launcher",
+ * trust.c: a file slurmstepd runs or reads as root (what: "launcher",
  * "engine", "snapshot") must be a regular file owned by root (or by the
- * process's own user) and not writable by group or others, and so must the
- * directory holding it. 0, or -1 with err naming the path and the fault.
+ * process's own user) and not writable by group or others, and so must every
+ * directory on its path from /, symbolic links resolved (a sticky directory
+ * others can write, such as /tmp, only where the entry in it is root's).
+ * gb_trust_open walks the path with openat(O_NOFOLLOW) and returns a
+ * close-on-exec fd of the very file it checked, opened with flags (O_PATH to
+ * run it, O_RDONLY to read it), or -1 with err naming the path, the
+ * component and the fault. gb_trust_file is the same check, fd closed.
  */
+int gb_trust_open(const char *what, const char *path, int flags, char *err,
+		  size_t errlen);
 int gb_trust_file(const char *what, const char *path, char *err,
 		  size_t errlen);
 

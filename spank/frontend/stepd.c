@@ -7,6 +7,7 @@
 #include "gpubind.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -87,7 +88,8 @@ void gb_stepd_user_init(void)
 			 strerror(errno));
 }
 
-const cpu_set_t *gb_stepd_step_cpus(void)
+/* The CPUs the step may use (its cpuset), NULL when unknown. */
+static const cpu_set_t *step_cpus(void)
 {
 	return step.have_cpus ? &step.cpus : NULL;
 }
@@ -380,7 +382,8 @@ static void apply_admin_flags(struct gb_table *t)
  * The table of this step from the launcher, in step.plan. Returns 0, or
  * plan_failed's value with why it failed.
  */
-static int plan_from_engine(const char *launcher, const char *request,
+static int plan_from_engine(const char *launcher, int launcher_fd,
+			    int snapshot_fd, const char *request,
 			    const char *option, struct gb_plancache *pc)
 {
 	char err[1024], why[2200], ex[128];
@@ -388,8 +391,8 @@ static int plan_from_engine(const char *launcher, const char *request,
 	uint32_t ntasks = step.local_task_count;
 	int rc;
 
-	rc = gb_run_launcher(launcher, request, gb_conf.timeout_ms, &res, err,
-			     sizeof(err));
+	rc = gb_run_launcher(launcher_fd, launcher, snapshot_fd, request,
+			     gb_conf.timeout_ms, &res, err, sizeof(err));
 	describe_exit(&res, ex, sizeof(ex));
 	if (rc) {
 		free(res.out);
@@ -442,25 +445,41 @@ static int plan_step(spank_t sp, const char *option)
 	char launcher[1024], flags[64], err[2400];
 	struct req r = { 0 };
 	struct gb_plancache pc;
-	int rc;
+	int rc, lfd = -1, sfd = -1;
 
-	/* What runs as root, or is read as root, must be root's (trust.c). */
+	/*
+	 * What runs as root, or is read as root, must be root's, all the way
+	 * from / (trust.c); the launcher runs from, and the snapshot is read
+	 * from, the fd that was checked.
+	 */
+	err[0] = '\0';
 	if (gb_launcher_path(launcher, sizeof(launcher)) ||
-	    gb_trust_file("launcher", launcher, err, sizeof(err)) ||
+	    (lfd = gb_trust_open("launcher", launcher, O_PATH, err,
+				 sizeof(err))) < 0 ||
 	    (gb_conf.snapshot[0] &&
-	     gb_trust_file("snapshot", gb_conf.snapshot, err, sizeof(err))))
-		return plan_failed(err);
+	     (sfd = gb_trust_open("snapshot", gb_conf.snapshot, O_RDONLY, err,
+				  sizeof(err))) < 0)) {
+		if (lfd >= 0)
+			(void) close(lfd);
+		return plan_failed(err[0] ? err : "the launcher path is too long");
+	}
 
 	if (build_request(sp, option, &r)) {
 		free(r.p);
+		(void) close(lfd);
+		if (sfd >= 0)
+			(void) close(sfd);
 		return plan_failed("cannot build the plan request");
 	}
 	/* A step shape planned before: its table, no launcher. */
 	gb_plancache_begin(&pc, launcher, r.p);
 	rc = 0;
 	if (!gb_plancache_get(&pc, step.local_task_count, &step.plan))
-		rc = plan_from_engine(launcher, r.p, option, &pc);
+		rc = plan_from_engine(launcher, lfd, sfd, r.p, option, &pc);
 	free(r.p);
+	(void) close(lfd);
+	if (sfd >= 0)
+		(void) close(sfd);
 	if (rc || step.problem[0]) {
 		gb_plancache_end(&pc);
 		return rc;
@@ -671,7 +690,7 @@ static int task_rule(struct task *tk)
 
 	gb_binds_parse(plan, tk->bind_type, tk->bind_list, &binds);
 	if (gb_rule_apply(plan, tk->lid, &binds, tk->ownp,
-			  gb_stepd_step_cpus(), &tk->res, err, sizeof(err)) ||
+			  step_cpus(), &tk->res, err, sizeof(err)) ||
 	    /* Within the GPUs the task's device cgroup lets it open (Slurm's
 	     * per-task binding, isolate), numbered as CUDA will number them. */
 	    gb_result_restrict(plan, &tk->res, NULL, err, sizeof(err))) {
@@ -884,7 +903,7 @@ int gb_stepd_task_post_fork(spank_t sp)
 		gb_spank_error("spank_get_item", "S_TASK_PID", rc);
 		lid = -1;
 	}
-	return gb_stepcg_task_post_fork(&step.plan, lid, pid);
+	return gb_stepcg_task_post_fork(&step.plan, lid, pid, step_cpus());
 }
 
 int gb_stepd_task_exit(spank_t sp)

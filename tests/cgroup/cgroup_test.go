@@ -1,4 +1,4 @@
-// Package cgroup tests the plugin's per-task cgroup code (spank/frontend/cgroup*.c) on the
+// Package cgroup tests the plugin's per-task cgroup code (spank/frontend/cgroup/) on the
 // real cgroups of this machine: cgroup v1 devices and cpuset, and cgroup v2 BPF device
 // programs on the unified hierarchy, with Slurm's v2 layout built by hand. The oracle is a
 // fake GPU node (mknod c 195 N): open gives ENXIO when the cgroup allows it, EPERM when
@@ -64,12 +64,18 @@ func tool(t testing.TB) string {
 			return
 		}
 		toolPath = filepath.Join(buildDir, "cgtool")
-		fe := filepath.Join(root, "spank", "frontend")
+		// The whole cgroup layer (spank/frontend/cgroup/*.c) and the rule it formats
+		// CPU lists with.
+		layer := filepath.Join(root, "spank", "frontend", "cgroup")
+		srcs, _ := filepath.Glob(filepath.Join(layer, "*.c"))
+		if len(srcs) == 0 {
+			buildErr = fmt.Errorf("no C files in %s", layer)
+			return
+		}
 		args := []string{"-Wall", "-Wextra", "-Werror", "-O2", "-g", "-D_GNU_SOURCE",
-			"-I", fe, "-I", filepath.Join(root, "rule"), filepath.Join(root, "tests", "cgroup", "csrc", "cgtool.c"),
-			filepath.Join(fe, "cgroup_common.c"), filepath.Join(root, "rule", "table.c"), filepath.Join(root, "rule", "fabric.c"), filepath.Join(fe, "cgroup_v1.c"),
-			filepath.Join(fe, "cgroup_v2.c"), filepath.Join(fe, "cgroup_v2_bpf.c"),
-			filepath.Join(fe, "cgroup_v2_prog.c"), "-o", toolPath}
+			"-I", layer, "-I", filepath.Join(root, "rule"), filepath.Join(root, "tests", "cgroup", "csrc", "cgtool.c"),
+			filepath.Join(root, "rule", "table.c"), filepath.Join(root, "rule", "fabric.c")}
+		args = append(append(args, srcs...), "-o", toolPath)
 		out, err := exec.Command("gcc", args...).CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("gcc %s: %v\n%s", strings.Join(args, " "), err, out)

@@ -12,16 +12,16 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/devprog/*.golden from the current builder")
 
-// devprogList builds csrc/devprog_list.c with the program builder (cgroup_v2_prog.c) alone:
+// devprogList builds csrc/devprog_list.c with the program builder (cgroup/v2_prog.c) alone:
 // no kernel and no root, so the golden test runs everywhere `make test` does.
 func devprogList(t *testing.T) string {
 	t.Helper()
 	root := repoRoot(t)
-	fe := filepath.Join(root, "spank", "frontend")
+	fe := filepath.Join(root, "spank", "frontend", "cgroup")
 	bin := filepath.Join(t.TempDir(), "devprog_list")
 	args := []string{"-Wall", "-Wextra", "-Werror", "-O2", "-std=gnu11", "-D_GNU_SOURCE", "-I", fe,
 		filepath.Join(root, "tests", "cgroup", "csrc", "devprog_list.c"),
-		filepath.Join(fe, "cgroup_v2_prog.c"), "-o", bin}
+		filepath.Join(fe, "v2_prog.c"), "-o", bin}
 	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
 		t.Fatalf("gcc %s: %v\n%s", strings.Join(args, " "), err, out)
 	}

@@ -5,7 +5,7 @@
 # cuInit/cuDeviceGetCount, cudaGetDeviceCount; all dlopen'ed, no CUDA headers)
 # three times:
 #   baseline  where this script runs;
-#   denied    in a cgroup made by the plugin's own code (spank/frontend/cgroup*.c,
+#   denied    in a cgroup made by the plugin's own code (spank/frontend/cgroup/*.c,
 #             driven by tests/cgroup/csrc/cgtool.c like slurmstepd would) whose
 #             BPF device program allows no GPU minor;
 #   allowed   the same, with the GPU's minor allowed.
@@ -32,7 +32,7 @@ fail() {
 
 [ "$(id -u)" = 0 ] || fail "needs root (creates cgroups and loads BPF programs)"
 command -v gcc >/dev/null || fail "needs gcc"
-for f in "$root/tests/cgroup/csrc/cgtool.c" "$root/spank/frontend/cgroup_v2.c" "$here/cgroup_gpu.c"; do
+for f in "$root/tests/cgroup/csrc/cgtool.c" "$root/spank/frontend/cgroup/v2.c" "$here/cgroup_gpu.c"; do
 	[ -f "$f" ] || fail "missing $f (run from a gpubind checkout)"
 done
 
@@ -73,10 +73,9 @@ cleanup() {
 trap cleanup EXIT
 
 say "machine: $(uname -srm); cgroup2 at $cg2; this shell in $self; GPU node $dev (c 195:$minor)"
-gcc -Wall -Wextra -Werror -O2 -D_GNU_SOURCE -I "$root/spank/frontend" -I "$root/rule" \
-	"$root/tests/cgroup/csrc/cgtool.c" "$root"/spank/frontend/cgroup_common.c "$root"/rule/table.c "$root"/rule/fabric.c \
-	"$root"/spank/frontend/cgroup_v1.c "$root"/spank/frontend/cgroup_v2.c "$root"/spank/frontend/cgroup_v2_bpf.c \
-	"$root"/spank/frontend/cgroup_v2_prog.c -o "$work/cgtool" ||
+gcc -Wall -Wextra -Werror -O2 -D_GNU_SOURCE -I "$root/spank/frontend/cgroup" -I "$root/rule" \
+	"$root/tests/cgroup/csrc/cgtool.c" "$root"/spank/frontend/cgroup/*.c "$root"/rule/table.c "$root"/rule/fabric.c \
+	-o "$work/cgtool" ||
 	fail "building cgtool"
 gcc -Wall -Wextra -Werror -O2 "$here/cgroup_gpu.c" -o "$work/cgroup_gpu" -ldl || fail "building cgroup_gpu"
 

@@ -106,9 +106,8 @@ print("median slowest rank, exec -> NCCL ID: gpuhelper_init %.1f ms, MPI_Bcast b
 EOF
 
 section "5. isolate: each rank may open only its own GPU (cgroup v2 BPF, the plugin's code)"
-gcc "${W[@]}" -D_GNU_SOURCE -Ispank/frontend -Irule tests/cgroup/csrc/cgtool.c spank/frontend/cgroup_common.c rule/table.c rule/fabric.c \
-	spank/frontend/cgroup_v1.c spank/frontend/cgroup_v2.c spank/frontend/cgroup_v2_bpf.c spank/frontend/cgroup_v2_prog.c \
-	-o "$work/cgtool" || failed=1
+gcc "${W[@]}" -D_GNU_SOURCE -Ispank/frontend/cgroup -Irule tests/cgroup/csrc/cgtool.c spank/frontend/cgroup/*.c \
+	rule/table.c rule/fabric.c -o "$work/cgtool" || failed=1
 minors=$(awk '/Device Minor/{print $3}' /proc/driver/nvidia/gpus/*/information | sort -n | paste -sd,)
 # rank i (local rank) takes the i-th GPU in PCI order, as gpuhelper_init does without the plugin;
 # the wrapper names it by UUID so CUDA's numbering inside the cgroup cannot mislead.

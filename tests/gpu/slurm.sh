@@ -198,9 +198,8 @@ nvcc -O2 -o "$work/cudaprobe" "$work/cudaprobe.cu" || fail "nvcc cudaprobe"
 chmod 755 "$work/cudaprobe"
 
 # Cgroup/BPF state before any step, to find leftovers later.
-gcc -O2 -D_GNU_SOURCE -I spank/frontend -I rule -o "$work/cgtool" tests/cgroup/csrc/cgtool.c spank/frontend/cgroup_common.c \
-	rule/table.c rule/fabric.c spank/frontend/cgroup_v1.c spank/frontend/cgroup_v2.c spank/frontend/cgroup_v2_bpf.c \
-	spank/frontend/cgroup_v2_prog.c || fail "build cgtool"
+gcc -O2 -D_GNU_SOURCE -I spank/frontend/cgroup -I rule -o "$work/cgtool" tests/cgroup/csrc/cgtool.c \
+	spank/frontend/cgroup/*.c rule/table.c rule/fabric.c || fail "build cgtool"
 leftovers() { # leftovers WHEN: no plugin cgroup, no BPF program of the plugin (gpubind_*)
 	local left progs
 	sleep 1 # slurmstepd exits after the step's srun returns

@@ -25,7 +25,7 @@ var (
 func installTree(t *testing.T) string {
 	t.Helper()
 	if _, err := exec.LookPath("cmake"); err != nil {
-		t.Skip("cmake not installed (apt-get install cmake)")
+		t.Skip("cmake not installed (make deps installs it)")
 	}
 	installOnce.Do(func() {
 		if installDir, installErr = os.MkdirTemp("", "gpubind-install-"); installErr != nil {

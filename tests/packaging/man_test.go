@@ -22,7 +22,7 @@ var manPages = map[string]string{
 func manWarnings(t *testing.T, page string) string {
 	t.Helper()
 	if _, err := exec.LookPath("man"); err != nil {
-		t.Skip("man not installed (apt-get install man-db groff-base)")
+		t.Skip("man not installed (make deps installs man-db and groff-base)")
 	}
 	cmd := exec.Command("man", "--warnings", "-l", "-Tutf8", page)
 	cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8", "MANWIDTH=80")

@@ -45,7 +45,7 @@ func pad2(n int) string {
 func TestRPM(t *testing.T) {
 	needRoot(t)
 	if _, err := exec.LookPath("rpmbuild"); err != nil {
-		t.Skip("rpmbuild not installed (apt-get install rpm)")
+		t.Skip("rpmbuild not installed (make deps installs rpm)")
 	}
 	slurmNum, slurmVer := systemSlurm(t)
 	dir := t.TempDir()
@@ -120,10 +120,46 @@ func TestRPM(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), "# required "+plugdir+"/spank_gpubind.so") {
 		t.Errorf("gpubind.conf (%v):\n%s", err, b)
 	}
-	b, err = os.ReadFile(filepath.Join(x, libdir, "cmake/gpuhelper/gpuhelperConfig.cmake"))
-	if err != nil || !strings.Contains(string(b), `"`+libdir+`/libgpuhelper.so.1"`) || strings.Contains(string(b), "BUILDROOT") {
-		t.Errorf("gpuhelperConfig.cmake (%v):\n%s", err, b)
+	// The CMake config names the library and the header relative to itself (a moved tree
+	// still finds itself, TestCMakePackageMoved): from where the package puts it, those
+	// paths must lead to the packaged library and header, and nothing may name the build root.
+	cfgDir := filepath.Join(libdir, "cmake/gpuhelper")
+	b, err = os.ReadFile(filepath.Join(x, cfgDir, "gpuhelperConfig.cmake"))
+	if err != nil {
+		t.Fatal(err)
 	}
+	for _, c := range []struct{ name, want string }{{"_gpuhelper_library", libdir + "/libgpuhelper.so.1"}, {"_gpuhelper_include", "/usr/include"}} {
+		m := regexp.MustCompile(`get_filename_component\(` + c.name + ` "\$\{CMAKE_CURRENT_LIST_DIR\}/([^"$]*)" ABSOLUTE\)`).FindSubmatch(b)
+		if m == nil {
+			t.Errorf("gpuhelperConfig.cmake does not set %s relative to CMAKE_CURRENT_LIST_DIR:\n%s", c.name, b)
+		} else if got := filepath.Join(cfgDir, string(m[1])); got != c.want {
+			t.Errorf("gpuhelperConfig.cmake in %s: %s is %s/%s = %s, want %s", cfgDir, c.name, cfgDir, m[1], got, c.want)
+		}
+	}
+	if strings.Contains(string(b), "BUILDROOT") || strings.Contains(string(b), "\"/usr/") {
+		t.Errorf("gpuhelperConfig.cmake names an absolute or build-root path:\n%s", b)
+	}
+	// find_package against the extracted payload, as a user of the installed package would.
+	t.Run("cmake", func(t *testing.T) {
+		if _, err := exec.LookPath("cmake"); err != nil {
+			t.Skip("cmake not installed (make deps installs it)")
+		}
+		src := t.TempDir()
+		lists := "cmake_minimum_required(VERSION 3.16)\nproject(p C)\nfind_package(gpuhelper 1.0 REQUIRED)\n" +
+			"get_target_property(loc gpuhelper::gpuhelper IMPORTED_LOCATION)\nmessage(STATUS \"gpuhelper-location=${loc}\")\n" +
+			"message(STATUS \"gpuhelper-include=${gpuhelper_INCLUDE_DIRS}\")\n"
+		if err := os.WriteFile(filepath.Join(src, "CMakeLists.txt"), []byte(lists), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// gpuhelper_DIR: CMake's own search does not look in lib64 on Debian.
+		out := run(t, "cmake", "-S", src, "-B", filepath.Join(src, "b"), "-Dgpuhelper_DIR="+filepath.Join(x, cfgDir))
+		for _, w := range []string{"gpuhelper-location=" + filepath.Join(x, libdir, "libgpuhelper.so.1") + "\n",
+			"gpuhelper-include=" + filepath.Join(x, "usr/include") + "\n"} {
+			if !strings.Contains(out, w) {
+				t.Errorf("cmake against the extracted rpm payload: no %q in:\n%s", strings.TrimSpace(w), out)
+			}
+		}
+	})
 	if fi, err := os.Lstat(filepath.Join(x, libdir, "libgpuhelper.so")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
 		t.Errorf("libgpuhelper.so is not a symlink: %v", err)
 	}

@@ -17,6 +17,8 @@ var (
 	bin       struct {
 		dir, plugin, host    string
 		goEngine, goLauncher string            // the Go test engine: library, program
+		goDropLauncher       string            // the Go test engine started as the real launcher (tag gpubind_test_launcher)
+		swapper              string            // csrc/swapper.c
 		launchers            map[string]string // csrc/testengine.c by mode, as programs
 		dlopenLib            string            // a small C library to dlopen
 	}
@@ -42,6 +44,8 @@ func build(t testing.TB) {
 		bin.goEngine = filepath.Join(dir, "goengine.so")
 		bin.goLauncher = filepath.Join(dir, "goengine")
 		bin.dlopenLib = filepath.Join(dir, "dlopen_target.so")
+		bin.goDropLauncher = filepath.Join(dir, "goengine_drop")
+		bin.swapper = filepath.Join(dir, "swapper")
 		bin.launchers = map[string]string{}
 		testengine := filepath.Join(root, "tests/spankhost/csrc/testengine.c")
 		steps := [][]string{
@@ -49,6 +53,7 @@ func build(t testing.TB) {
 			{"gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-rdynamic", "-o", bin.host,
 				filepath.Join(root, "tests/spankhost/csrc/host.c"), "-ldl", "-lpthread"},
 			{"gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-shared", "-fPIC", "-DMODE_TABLE", "-o", bin.dlopenLib, testengine},
+			{"gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-o", bin.swapper, filepath.Join(root, "tests/spankhost/csrc/swapper.c")},
 		}
 		for _, m := range []string{"table", "crash", "hang", "garbage", "truncated", "huge", "linger", "frozen", "probe"} {
 			exe := filepath.Join(dir, "launcher_"+m)
@@ -58,6 +63,7 @@ func build(t testing.TB) {
 		}
 		steps = append(steps, []string{"go", "build", "-buildmode=c-shared", "-o", bin.goEngine, "./tests/spankhost/goengine"},
 			[]string{"go", "build", "-o", bin.goLauncher, "./tests/spankhost/goengine"},
+			[]string{"go", "build", "-tags", "gpubind_test_launcher", "-o", bin.goDropLauncher, "./tests/spankhost/goengine"},
 			[]string{"go", "build", "-o", filepath.Join(dir, "gpubind"), "./cmd/gpubind"},
 			// The real engine next to the plugin (srun's check and help load it from there)
 			// and the real launcher, the plugin's default (testbuild.FrontendMake).

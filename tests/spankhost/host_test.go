@@ -70,7 +70,7 @@ func hostRun(t *testing.T, limit time.Duration, flags []string, args ...string) 
 			continue
 		}
 		for _, key := range []string{"init rc", "option rc", "init_post_opt rc", "threads before", "children forked",
-			"tasks ok", "post_fork calls", "oom_score_adj", "user_init contained rc", "threads end", "host alive", "env SLURM_GPU_BIND_TOPO"} {
+			"tasks ok", "post_fork calls", "oom_score_adj", "fds before", "user_init contained rc", "threads end", "host alive", "env SLURM_GPU_BIND_TOPO"} {
 			if strings.HasPrefix(l, key) {
 				r.lines[key] = l
 			}

@@ -11,7 +11,7 @@ import (
 // The engine process is the launcher program, exec'd, not a fork of the host: its
 // /proc/PID/exe is the launcher, its environment only what the plugin gives it (none of
 // the host's), its oom_score_adj 0 though the host runs at -1000 as slurmstepd does, it
-// dies with its parent, holds fds 0-3 only and cannot dump core.
+// dies with its parent, holds fds 0-3 and the snapshot on 4 only and cannot dump core.
 func TestLauncherProcess(t *testing.T) {
 	build(t)
 	p := dgxPlan(t, 2, "-")
@@ -60,8 +60,8 @@ func TestLauncherProcess(t *testing.T) {
 	}
 	fds := probe["fd"]
 	slices.Sort(fds)
-	if !slices.Equal(fds, []string{"0", "1", "2", "3"}) {
-		t.Errorf("open fds %v, want 0 1 2 3 only", fds)
+	if !slices.Equal(fds, []string{"0", "1", "2", "3", "4"}) {
+		t.Errorf("open fds %v, want 0 1 2 3 and 4 (the snapshot) only", fds)
 	}
 	env := probe["env"]
 	slices.Sort(env)

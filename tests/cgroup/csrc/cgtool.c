@@ -1,5 +1,5 @@
 /*
- * cgtool: drives the plugin's cgroup code (spank/frontend/cgroup*.c) the way
+ * cgtool: drives the plugin's cgroup code (spank/frontend/cgroup/) the way
  * slurmstepd does, on real cgroups, for tests/cgroup (Go) and
  * tests/gpu/cgroup_gpu.sh. Needs root for everything but "probe".
  *
@@ -28,7 +28,7 @@
  *   cgtool access DIR       minors of DIR/nvidiaN that access(2) allows: "access m,m"
  */
 #include "cgroup.h"
-#include "cgroup_internal.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /*
  * devprog_list: prints the cgroup v2 device programs that
- * spank/frontend/cgroup_v2_prog.c builds, as a listing in the kernel
+ * spank/frontend/cgroup/v2_prog.c builds, as a listing in the kernel
  * verifier's notation with the builder's labels, for the golden test in
  * tests/cgroup/devprog_test.go. Needs no kernel and no root.
  *
@@ -10,7 +10,7 @@
  *                                             allowed set (minors above
  *                                             MAX_MINOR are dropped)
  */
-#include "cgroup_v2_prog.h"
+#include "v2_prog.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -25,11 +25,15 @@
  *               to the end (it holds glibc's dl_load_write_lock for each walk)
  *   -T LIB      the same with a thread looping dlopen(LIB) and dlclose
  *   -O ADJ      set the host's oom_score_adj first (slurmstepd: -1000)
+ *   -U UID      the job's uid and gid (default: the host's own)
+ *   -F N        init_post_opt under RLIMIT_NOFILE N (soft); prints the open
+ *               fds before and after it
  * Output lines (stdout): "init_post_opt rc=R", "threads before=A after=B",
  * "children forked=N seen=M", "task L rc=R VAR=VALUE ...", "tasks ok=N
  * failed=M", "post_fork calls=N". Plugin log lines go to stderr.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <link.h>
 #include <errno.h>
@@ -43,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -63,6 +68,7 @@ static struct spank_option *opts[8];
 static int nopts;
 static spank_context_t ctx = S_CTX_REMOTE;
 static uint32_t ntasks = 1, stepid, goff;
+static long job_uid = -1;   /* -U: the job's uid and gid (default: the host's) */
 static volatile int stop_load;
 
 /* ---- Slurm/SPANK API as slurmstepd offers it ---------------------------- */
@@ -184,10 +190,10 @@ spank_err_t spank_get_item(spank_t sp, spank_item_t item, ...)
 	va_start(ap, item);
 	switch (item) {
 	case S_JOB_UID:
-		*va_arg(ap, uid_t *) = getuid();
+		*va_arg(ap, uid_t *) = job_uid >= 0 ? (uid_t) job_uid : getuid();
 		break;
 	case S_JOB_GID:
-		*va_arg(ap, gid_t *) = getgid();
+		*va_arg(ap, gid_t *) = job_uid >= 0 ? (gid_t) job_uid : getgid();
 		break;
 	case S_JOB_ID:
 		*va_arg(ap, uint32_t *) = 42;
@@ -234,6 +240,22 @@ spank_err_t spank_get_item(spank_t sp, spank_item_t item, ...)
 }
 
 /* ---- host ---------------------------------------------------------------- */
+
+/* Open fds of this process. */
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n - 1; /* not the directory's own fd */
+}
 
 static int threads(void)
 {
@@ -403,14 +425,15 @@ int main(int argc, char **argv)
 	struct spank_handle sh = { MAGIC, -1, 0 };
 	const char *optval = NULL, *btype = NULL, *blist = NULL, *inproc = NULL;
 	int nchildren = 0, nload = 0, contain = 0, quiet = 0, setaff = 0;
-	int c, sfd, rc, tbefore, tafter;
+	int c, sfd, rc, tbefore, tafter, fbefore;
+	long nofile = 0;
 	sigset_t chld;
 	void *h;
 	spank_fn fn;
 	pthread_t load[64];
 
 	env = calloc(1, sizeof(*env));
-	while ((c = getopt(argc, argv, "+n:g:s:o:e:t:l:aC:L:cqG:w:X:T:O:")) != -1) {
+	while ((c = getopt(argc, argv, "+n:g:s:o:e:t:l:aC:L:cqG:w:X:T:O:U:F:")) != -1) {
 		switch (c) {
 		case 'n': ntasks = atoi(optarg); break;
 		case 'g': goff = atoi(optarg); break;
@@ -437,6 +460,8 @@ int main(int argc, char **argv)
 		case 'G': inproc = optarg; break;
 		case 'w': wait_ms = atoi(optarg); break;
 		case 'T': loader_busy = optarg; break;
+		case 'U': job_uid = atol(optarg); break;
+		case 'F': nofile = atol(optarg); break;
 		case 'O': {
 			FILE *f = fopen("/proc/self/oom_score_adj", "w");
 
@@ -500,8 +525,20 @@ int main(int argc, char **argv)
 		printf("option rc=%d\n", rc);
 	}
 	fn = sym(h, "slurm_spank_init_post_opt");
+	if (nofile > 0) {
+		/* -F: init_post_opt under a low RLIMIT_NOFILE (soft limit only). */
+		struct rlimit rl;
+
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+			rl.rlim_cur = (rlim_t) nofile;
+			if (setrlimit(RLIMIT_NOFILE, &rl))
+				perror("setrlimit");
+		}
+	}
+	fbefore = open_fds();
 	rc = fn ? fn(&sh, argc - optind - 1, argv + optind + 1) : -1;
 	printf("init_post_opt rc=%d\n", rc);
+	printf("fds before=%d after=%d\n", fbefore, open_fds());
 	tafter = threads();
 	printf("threads before=%d after=%d\n", tbefore, tafter);
 	if (ctx != S_CTX_REMOTE) {

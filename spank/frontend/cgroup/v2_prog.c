@@ -4,15 +4,15 @@
  * carries the pseudo-C it implements, and jumps name a label that
  * resolve() turns into an offset, so no offset is counted by hand.
  *
- * Pure: no system calls, no globals. cgroup_v2_bpf.c loads the result and
- * cgroup_v2.c decides where it goes and what its tail call reaches (see the
- * comment at the top of cgroup_v2.c for why the program is shaped so).
+ * Pure: no system calls, no globals. v2_bpf.c loads the result and
+ * v2.c decides where it goes and what its tail call reaches (see the
+ * comment at the top of v2.c for why the program is shaped so).
  *
  * The kernel calls the program with R1 = struct bpf_cgroup_dev_ctx *ctx
  * { u32 access_type (device type in the low 16 bits); u32 major; u32 minor }
  * and allows the access when it returns 1, denies it when it returns 0.
  */
-#include "cgroup_v2_prog.h"
+#include "v2_prog.h"
 
 #include <stddef.h>
 #include <string.h>

@@ -1,8 +1,8 @@
 /*
- * The cgroup v2 device program as data (cgroup_v2_prog.c): built by a pure
+ * The cgroup v2 device program as data (v2_prog.c): built by a pure
  * function, no system calls, so tests can list it without a kernel
  * (tests/cgroup/csrc/devprog_list.c, the golden files in tests/cgroup/testdata).
- * Loading it is cgroup_v2_bpf.c's; choosing where it goes is cgroup_v2.c's.
+ * Loading it is v2_bpf.c's; choosing where it goes is v2.c's.
  */
 #ifndef GPUBIND_CGROUP_V2_PROG_H
 #define GPUBIND_CGROUP_V2_PROG_H

@@ -1,12 +1,12 @@
 /*
  * bpf(2) for the cgroup v2 backend: load a program, make and fill its maps,
  * attach, detach and query device programs on a cgroup. No policy here: what
- * to attach where is cgroup_v2.c's, and the program itself comes from
- * cgroup_v2_prog.c. Plain C on purpose: this runs inside slurmstepd and the
+ * to attach where is v2.c's, and the program itself comes from
+ * v2_prog.c. Plain C on purpose: this runs inside slurmstepd and the
  * clone(CLONE_VM) children of contain_spank, where no Go runtime may live
  * (docs/admin.md, "Why two libraries").
  */
-#include "cgroup_internal.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

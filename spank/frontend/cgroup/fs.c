@@ -1,9 +1,11 @@
 /*
- * Per-task cgroup binding: hierarchy discovery, small file helpers and the
- * dispatch to the v1 (cgroup_v1.c) and v2 (cgroup_v2.c) backends.
- * Only prepare allocates; everything later is system calls on fixed buffers.
+ * The cgroup layer's file system side: small file helpers, the mountinfo
+ * parser, where a pid sits in a hierarchy, the plugin's cgroup directories
+ * (made fresh, emptied and removed) and cpuset narrowing. No policy: which
+ * version to use is probe.c's, the order of the steps lifecycle.c's and the
+ * backends' (v1.c, v2.c).
  */
-#include "cgroup_internal.h"
+#include "internal.h"
 #include "table.h"
 
 #include <errno.h>
@@ -155,8 +157,8 @@ static int set_mount(struct gb_cg_mount *m, const char *root, const char *dir)
  * mountinfo (fields: id parent dev root mountpoint opts [opt...] - fstype
  * source superopts).
  */
-static int parse_mountinfo(struct gb_cg *cg, const char *path, char *err,
-			   size_t errlen)
+int gb_cg_parse_mountinfo(struct gb_cg_mounts *mnt, const char *path,
+			  char *err, size_t errlen)
 {
 	char line[4096];
 	FILE *f;
@@ -197,7 +199,7 @@ static int parse_mountinfo(struct gb_cg *cg, const char *path, char *err,
 		unescape(fields[3]);
 		unescape(fields[4]);
 		if (strcmp(fields[dash + 1], "cgroup2") == 0) {
-			if (set_mount(&cg->unified, fields[3], fields[4]) < 0)
+			if (set_mount(&mnt->unified, fields[3], fields[4]) < 0)
 				goto toolong;
 		} else if (strcmp(fields[dash + 1], "cgroup") == 0) {
 			const char *sopts = fields[dash + 3];
@@ -209,15 +211,15 @@ static int parse_mountinfo(struct gb_cg *cg, const char *path, char *err,
 			for (i = 0; i < 3; i++)
 				if (has_token(sopts, tracking[i]))
 					co = tracking[i];
-			if (has_token(sopts, "devices") && !cg->devices.found) {
-				if (set_mount(&cg->devices, fields[3], fields[4]) < 0)
+			if (has_token(sopts, "devices") && !mnt->devices.found) {
+				if (set_mount(&mnt->devices, fields[3], fields[4]) < 0)
 					goto toolong;
-				strcpy(cg->devices.comount, co);
+				strcpy(mnt->devices.comount, co);
 			}
-			if (has_token(sopts, "cpuset") && !cg->cpuset.found) {
-				if (set_mount(&cg->cpuset, fields[3], fields[4]) < 0)
+			if (has_token(sopts, "cpuset") && !mnt->cpuset.found) {
+				if (set_mount(&mnt->cpuset, fields[3], fields[4]) < 0)
 					goto toolong;
-				strcpy(cg->cpuset.comount, co);
+				strcpy(mnt->cpuset.comount, co);
 			}
 		}
 		continue;
@@ -363,14 +365,6 @@ int gb_cg_move_pid(const char *dir, pid_t pid, char *err, size_t errlen)
 	return gb_cg_write_file(path, text, err, errlen);
 }
 
-int gb_cg_task_name(const struct gb_cg *cg, int local_id, char *buf,
-		    size_t len)
-{
-	int n = snprintf(buf, len, "gpubind_j%u_s%u_p%ld_t%d", cg->job_id,
-			 cg->step_id, cg->stepd_pid, local_id);
-
-	return (n < 0 || (size_t)n >= len) ? -1 : 0;
-}
 
 /*
  * A cgroup CPU or memory-node file: a list like the table's, but the kernel
@@ -443,305 +437,4 @@ int gb_cg_narrow_cpuset(const char *dir, const char *parent_cpus_file,
 			return rc;
 	}
 	return GB_CG_OK;
-}
-
-static void describe(struct gb_cg *cg)
-{
-	if (cg->version == GB_CG_V1)
-		snprintf(cg->describe, sizeof(cg->describe),
-			 "cgroup v1 (devices at %s, cpuset at %s)",
-			 cg->devices.found ? cg->devices.dir : "-",
-			 cg->cpuset.found ? cg->cpuset.dir : "-");
-	else
-		snprintf(cg->describe, sizeof(cg->describe),
-			 "cgroup v2 at %s (BPF device programs)",
-			 cg->unified.dir);
-}
-
-/* The caller's configuration, before anything is allocated or read. */
-static int check_config(const struct gb_cg_config *cfg, char *err,
-			size_t errlen)
-{
-	if (cfg->ntasks <= 0 || cfg->ntasks > 65536)
-		return gb_errf(err, errlen, GB_CG_ERROR,
-			       "cgroup: %d local tasks; expected 1..65536",
-			       cfg->ntasks);
-	if (cfg->flags & ~(GB_CG_ISOLATE | GB_CG_CPUS))
-		return gb_errf(err, errlen, GB_CG_ERROR,
-			       "cgroup: unknown flags 0x%x", cfg->flags);
-	if (cfg->version != GB_CG_AUTO && cfg->version != GB_CG_V1 &&
-	    cfg->version != GB_CG_V2)
-		return gb_errf(err, errlen, GB_CG_ERROR,
-			       "cgroup: version %d; expected 0 (auto), 1 "
-			       "or 2", cfg->version);
-	if ((cfg->flags & GB_CG_ISOLATE) && cfg->mig)
-		return gb_errf(err, errlen, GB_CG_REFUSED,
-			       "isolate is not supported with MIG devices: "
-			       "MIG instances share their GPU's "
-			       "/dev/nvidiaN and are opened through "
-			       "/dev/nvidia-caps, which gpubind does not "
-			       "restrict; drop isolate (Slurm's "
-			       "ConstrainDevices limits a step to its MIG "
-			       "instances)");
-	return GB_CG_OK;
-}
-
-/* A new context for cfg, no fd open yet; NULL when out of memory. */
-static struct gb_cg *new_cg(const struct gb_cg_config *cfg, char *err,
-			    size_t errlen)
-{
-	struct gb_cg *cg = calloc(1, sizeof(*cg));
-
-	if (!cg) {
-		(void) gb_errf(err, errlen, GB_CG_ERROR,
-			       "cgroup: out of memory");
-		return NULL;
-	}
-	cg->tasks = calloc((size_t)cfg->ntasks, sizeof(*cg->tasks));
-	if (!cg->tasks) {
-		free(cg);
-		(void) gb_errf(err, errlen, GB_CG_ERROR,
-			       "cgroup: out of memory for %d tasks",
-			       cfg->ntasks);
-		return NULL;
-	}
-	cg->flags = cfg->flags;
-	cg->job_id = cfg->job_id;
-	cg->step_id = cfg->step_id;
-	cg->stepd_pid = (long)getpid();
-	cg->ntasks = cfg->ntasks;
-	cg->mig = cfg->mig;
-	cg->allow_fd = -1;
-	for (int i = 0; i < cfg->ntasks; i++) {
-		cg->tasks[i].prog_fd = -1;
-		cg->tasks[i].minors_fd = -1;
-		cg->tasks[i].tail_fd = -1;
-	}
-	return cg;
-}
-
-/* The step's GPU minors; isolate needs every one of them. */
-static int mark_step_minors(struct gb_cg *cg, const struct gb_cg_config *cfg,
-			    char *err, size_t errlen)
-{
-	for (int i = 0; i < cfg->nstep_minors; i++) {
-		int m = cfg->step_minors[i];
-
-		if (m >= 0 && m <= GB_CG_MAX_GPU_MINOR) {
-			cg->step_minor[m] = 1;
-			continue;
-		}
-		if (cfg->flags & GB_CG_ISOLATE)
-			return gb_errf(err, errlen, GB_CG_REFUSED,
-				       "isolate needs the /dev/nvidiaN "
-				       "minor of every step GPU; step "
-				       "GPU %d has minor %d (expected "
-				       "0..%d)", i, m, GB_CG_MAX_GPU_MINOR);
-	}
-	return GB_CG_OK;
-}
-
-/*
- * The cgroup version to use, and the refusals that depend on it. v1: the
- * plugin moves each task into a cgroup of its own in the devices (isolate)
- * and cpuset (cpus) hierarchies. Where one of them is co-mounted with a
- * controller Slurm finds the step's tasks by, that move would take the task
- * out of Slurm's cgroup there (signals, the end of the step, accounting
- * would miss it).
- */
-static int choose_version(struct gb_cg *cg, const struct gb_cg_config *cfg,
-			  const char *mountinfo, char *err, size_t errlen)
-{
-	cg->version = cfg->version;
-	if (cg->version == GB_CG_AUTO) {
-		/* Use what Slurm's own cgroup/v1 would use when it is there. */
-		if ((cfg->flags & GB_CG_ISOLATE) ? cg->devices.found
-						 : cg->cpuset.found)
-			cg->version = GB_CG_V1;
-		else
-			cg->version = GB_CG_V2;
-	}
-	if (cg->version == GB_CG_V1 && (cfg->flags & GB_CG_ISOLATE) &&
-	    !cg->devices.found)
-		return gb_errf(err, errlen, GB_CG_REFUSED,
-			       "isolate: no cgroup v1 devices hierarchy in "
-			       "%s", mountinfo);
-	for (int i = 0; cg->version == GB_CG_V1 && i < 2; i++) {
-		const struct gb_cg_mount *m = i ? &cg->cpuset : &cg->devices;
-		int flag = i ? GB_CG_CPUS : GB_CG_ISOLATE;
-
-		if (!(cfg->flags & flag) || !m->found || !m->comount[0])
-			continue;
-		return gb_errf(err, errlen, GB_CG_REFUSED,
-			       "%s: the cgroup v1 %s hierarchy at %s is "
-			       "co-mounted with %s, by which Slurm finds the "
-			       "step's tasks (proctrack/cgroup, "
-			       "jobacct_gather/cgroup); moving a task into a "
-			       "cgroup of gpubind's there would hide it from "
-			       "Slurm. Mount %s on its own hierarchy",
-			       i ? "cpus" : "isolate", i ? "cpuset" : "devices",
-			       m->dir, m->comount, i ? "cpuset" : "devices");
-	}
-	if (cg->version == GB_CG_V2 && !cg->unified.found)
-		return gb_errf(err, errlen, GB_CG_REFUSED,
-			       "cgroup: neither a cgroup v1 %s hierarchy nor "
-			       "cgroup2 is mounted (%s)",
-			       (cfg->flags & GB_CG_ISOLATE) ? "devices"
-			       : "cpuset",
-			       mountinfo);
-	return GB_CG_OK;
-}
-
-int gb_cg_prepare(struct gb_cg **out, const struct gb_cg_config *cfg,
-		  char *err, size_t errlen)
-{
-	const char *mountinfo = cfg->mountinfo ? cfg->mountinfo
-					       : "/proc/self/mountinfo";
-	struct gb_cg *cg;
-	int rc;
-
-	*out = NULL;
-	rc = check_config(cfg, err, errlen);
-	if (rc)
-		return rc;
-	cg = new_cg(cfg, err, errlen);
-	if (!cg)
-		return GB_CG_ERROR;
-	rc = mark_step_minors(cg, cfg, err, errlen);
-	if (!rc)
-		rc = parse_mountinfo(cg, mountinfo, err, errlen);
-	if (!rc)
-		rc = choose_version(cg, cfg, mountinfo, err, errlen);
-	if (rc)
-		goto fail;
-	describe(cg);
-	if (cg->version == GB_CG_V2 && (cfg->flags & GB_CG_ISOLATE)) {
-		rc = gb_cg_v2_prepare(cg, err, errlen);
-		if (rc)
-			goto fail;
-	}
-	*out = cg;
-	return GB_CG_OK;
-fail:
-	gb_cg_v2_close(cg);
-	free(cg->tasks);
-	free(cg);
-	return rc;
-}
-
-int gb_cg_apply(struct gb_cg *cg, int local_id, pid_t pid, const int *minors,
-		int nminors, const cpu_set_t *cpus, const cpu_set_t *mems,
-		char *err, size_t errlen)
-{
-	unsigned char allow[GB_CG_NMINORS];
-	char name[256];
-	struct gb_cg_task *t;
-	int i;
-
-	if (!cg || local_id < 0 || local_id >= cg->ntasks)
-		return gb_errf(err, errlen, GB_CG_ERROR,
-			       "cgroup: local task id %d out of range 0..%d",
-			       local_id, cg ? cg->ntasks - 1 : -1);
-	if (pid <= 0)
-		return gb_errf(err, errlen, GB_CG_ERROR,
-			       "cgroup: task %d: bad pid %ld", local_id,
-			       (long)pid);
-	t = &cg->tasks[local_id];
-	if (t->applied)
-		return gb_errf(err, errlen, GB_CG_ERROR,
-			       "cgroup: task %d already applied", local_id);
-	memset(allow, 0, sizeof(allow));
-	if (cg->flags & GB_CG_ISOLATE) {
-		/* Only GPUs of this step: no table can widen the step. */
-		for (i = 0; i < nminors; i++) {
-			int m = minors[i];
-			if (m < 0 || m > GB_CG_MAX_GPU_MINOR ||
-			    !cg->step_minor[m])
-				return gb_errf(err, errlen, GB_CG_REFUSED,
-					       "isolate: task %d: minor %d "
-					       "is not a GPU of this step",
-					       local_id, m);
-			allow[m] = 1;
-		}
-	}
-	if (!(cg->flags & GB_CG_CPUS)) {
-		cpus = NULL;
-		mems = NULL;
-	}
-	if (!(cg->flags & GB_CG_ISOLATE) && !cpus && !mems)
-		return GB_CG_OK;  /* nothing to narrow */
-	if (gb_cg_task_name(cg, local_id, name, sizeof(name)) < 0)
-		return gb_errf(err, errlen, GB_CG_ERROR,
-			       "cgroup: task %d: cgroup name longer than "
-			       "%zu bytes", local_id, sizeof(name) - 1);
-	if (cg->version == GB_CG_V1)
-		return gb_cg_v1_apply(cg, t, name, pid, allow, cpus, mems, err,
-				      errlen);
-	return gb_cg_v2_apply(cg, t, local_id, name, pid, allow, cpus, mems,
-			      err, errlen);
-}
-
-int gb_cg_task_exit(struct gb_cg *cg, int local_id, char *err, size_t errlen)
-{
-	struct gb_cg_task *t;
-	int rc;
-
-	if (!cg || local_id < 0 || local_id >= cg->ntasks)
-		return gb_errf(err, errlen, GB_CG_ERROR,
-			       "cgroup: local task id %d out of range",
-			       local_id);
-	t = &cg->tasks[local_id];
-	if (!t->applied)
-		return GB_CG_OK;
-	if (cg->version == GB_CG_V1)
-		rc = gb_cg_v1_cleanup(cg, t, err, errlen);
-	else
-		rc = gb_cg_v2_cleanup(cg, t, err, errlen);
-	t->cleanup_pending = (rc != GB_CG_OK);
-	if (rc == GB_CG_OK)
-		t->applied = 0;
-	return rc;
-}
-
-int gb_cg_fini(struct gb_cg *cg, char *err, size_t errlen)
-{
-	int rc = GB_CG_OK, i;
-	char one[512];
-
-	if (!cg)
-		return GB_CG_OK;
-	if (err && errlen)
-		err[0] = '\0';
-	for (i = 0; i < cg->ntasks; i++) {
-		if (!cg->tasks[i].applied)
-			continue;
-		if (gb_cg_task_exit(cg, i, one, sizeof(one)) != GB_CG_OK) {
-			rc = GB_CG_ERROR;
-			if (err && errlen && !err[0])
-				snprintf(err, errlen, "%s", one);
-		}
-	}
-	gb_cg_v2_close(cg);
-	free(cg->tasks);
-	free(cg);
-	return rc;
-}
-
-const char *gb_cg_describe(const struct gb_cg *cg)
-{
-	return cg ? cg->describe : "";
-}
-
-const char *gb_cg_task_path(const struct gb_cg *cg, int local_id)
-{
-	const struct gb_cg_task *t;
-
-	if (!cg || local_id < 0 || local_id >= cg->ntasks)
-		return "";
-	t = &cg->tasks[local_id];
-	if (!t->applied)
-		return "";
-	if (cg->version == GB_CG_V2)
-		return t->in_place ? t->v2_parent : t->v2_dir;
-	return t->dev_dir[0] ? t->dev_dir : t->cpuset_dir;
 }

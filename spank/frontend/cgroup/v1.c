@@ -8,7 +8,7 @@
  * other device keep exactly the parent's (Slurm's) rule. A cpuset child
  * must get cpus and mems before a task can move in (ENOSPC otherwise).
  */
-#include "cgroup_internal.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -120,16 +120,20 @@ static int mkdir_task(struct gb_cg_task *t, char *dir, char *err,
 	return 0;
 }
 
-int gb_cg_v1_apply(struct gb_cg *cg, struct gb_cg_task *t, const char *name,
-		   pid_t pid, const unsigned char *allow, const cpu_set_t *cpus,
-		   const cpu_set_t *mems, char *err, size_t errlen)
+static int v1_apply(struct gb_cg *cg, const struct gb_cg_apply_args *a,
+		    char *err, size_t errlen)
 {
 	char parent[GB_CG_PATHLEN], pc[GB_CG_PATHLEN + 32],
 		pm[GB_CG_PATHLEN + 32];
+	struct gb_cg_task *t = a->task;
+	const char *name = a->name;
+	const unsigned char *allow = a->allow;
+	const cpu_set_t *cpus = a->cpus, *mems = a->mems;
+	pid_t pid = a->pid;
 	int rc;
 
 	if (cg->flags & GB_CG_ISOLATE) {
-		rc = gb_cg_pid_dir(pid, &cg->devices, "devices", parent,
+		rc = gb_cg_pid_dir(pid, &cg->mnt.devices, "devices", parent,
 				   sizeof(parent), err, errlen);
 		if (rc)
 			return rc;
@@ -151,11 +155,11 @@ int gb_cg_v1_apply(struct gb_cg *cg, struct gb_cg_task *t, const char *name,
 	}
 	if (!cpus && !mems)
 		return GB_CG_OK;
-	if (!cg->cpuset.found)
+	if (!cg->mnt.cpuset.found)
 		return gb_errf(err, errlen, GB_CG_UNSUPPORTED,
 			       "cpus: no cgroup v1 cpuset hierarchy is "
 			       "mounted; CPUs not narrowed by cgroup");
-	rc = gb_cg_pid_dir(pid, &cg->cpuset, "cpuset", parent, sizeof(parent),
+	rc = gb_cg_pid_dir(pid, &cg->mnt.cpuset, "cpuset", parent, sizeof(parent),
 			   err, errlen);
 	if (rc)
 		return rc;
@@ -176,8 +180,8 @@ int gb_cg_v1_apply(struct gb_cg *cg, struct gb_cg_task *t, const char *name,
 	return gb_cg_move_pid(t->cpuset_dir, pid, err, errlen);
 }
 
-int gb_cg_v1_cleanup(struct gb_cg *cg, struct gb_cg_task *t, char *err,
-		     size_t errlen)
+static int v1_cleanup(struct gb_cg *cg, struct gb_cg_task *t, char *err,
+		      size_t errlen)
 {
 	int rc = GB_CG_OK;
 
@@ -200,3 +204,38 @@ int gb_cg_v1_cleanup(struct gb_cg *cg, struct gb_cg_task *t, char *err,
 	}
 	return rc;
 }
+
+/* v1 loads nothing before fork: the rules are files written in apply. */
+static int v1_prepare(struct gb_cg *cg, char *err, size_t errlen)
+{
+	(void)cg;
+	(void)err;
+	(void)errlen;
+	return GB_CG_OK;
+}
+
+static void v1_close(struct gb_cg *cg)
+{
+	(void)cg;
+}
+
+static void v1_describe(const struct gb_cg *cg, char *buf, size_t len)
+{
+	snprintf(buf, len, "cgroup v1 (devices at %s, cpuset at %s)",
+		 cg->mnt.devices.found ? cg->mnt.devices.dir : "-",
+		 cg->mnt.cpuset.found ? cg->mnt.cpuset.dir : "-");
+}
+
+static const char *v1_task_path(const struct gb_cg_task *t)
+{
+	return t->dev_dir[0] ? t->dev_dir : t->cpuset_dir;
+}
+
+const struct gb_cg_ops gb_cg_v1_ops = {
+	.prepare = v1_prepare,
+	.apply = v1_apply,
+	.cleanup = v1_cleanup,
+	.close = v1_close,
+	.describe = v1_describe,
+	.task_path = v1_task_path,
+};

@@ -1,10 +1,10 @@
 /*
  * cgroup v2 backend: a BPF_PROG_TYPE_CGROUP_DEVICE program per task. In
  * three layers, like runc's device filter:
- *   cgroup_v2_prog.c  builds the program (pure; golden-tested listing);
- *   cgroup_v2_bpf.c   bpf(2): load, maps, attach/detach, query;
- *   cgroup_v2.c       this file: the policy, i.e. where the program goes,
- *                     what it tail-calls, and the checks before and after.
+ *   v2_prog.c  builds the program (pure; golden-tested listing);
+ *   v2_bpf.c   bpf(2): load, maps, attach/detach, query;
+ *   v2.c       this file: the policy, i.e. where the program goes, what it
+ *              tail-calls, and the checks before and after.
  *
  * Why not github.com/cilium/ebpf: this code runs inside slurmstepd (and in
  * the clone(CLONE_VM) children of contain_spank), where no Go runtime may
@@ -40,7 +40,7 @@
  * force or be our tail-call target; otherwise everything is undone and
  * isolate is refused.
  */
-#include "cgroup_internal.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -62,11 +62,14 @@ static int load_built(const struct gb_devprog *p, int built, const char *name,
 	return gb_bpf_prog_load(p, name, err, errlen);
 }
 
-int gb_cg_v2_prepare(struct gb_cg *cg, char *err, size_t errlen)
+/* Only isolate needs programs; cpus alone writes cpuset files in apply. */
+static int v2_prepare(struct gb_cg *cg, char *err, size_t errlen)
 {
 	struct gb_devprog p;
 	int i;
 
+	if (!(cg->flags & GB_CG_ISOLATE))
+		return GB_CG_OK;
 	cg->allow_fd = load_built(&p, gb_devprog_allow_all(&p), "gpubind_allow",
 				  err, errlen);
 	if (cg->allow_fd < 0)
@@ -97,7 +100,7 @@ int gb_cg_v2_prepare(struct gb_cg *cg, char *err, size_t errlen)
 	return GB_CG_OK;
 }
 
-void gb_cg_v2_close(struct gb_cg *cg)
+static void v2_close(struct gb_cg *cg)
 {
 	int i;
 
@@ -124,7 +127,7 @@ void gb_cg_v2_close(struct gb_cg *cg)
 
 static int is_root_dir(const struct gb_cg *cg, const char *dir)
 {
-	return strcmp(dir, cg->unified.dir) == 0;
+	return strcmp(dir, cg->mnt.unified.dir) == 0;
 }
 
 /* dir minus its last component, in place; 0 when there is none. */
@@ -205,7 +208,7 @@ static int place(struct gb_cg *cg, struct gb_cg_task *t, const char *name,
 {
 	int rc;
 
-	rc = gb_cg_pid_dir(pid, &cg->unified, NULL, t->v2_parent,
+	rc = gb_cg_pid_dir(pid, &cg->mnt.unified, NULL, t->v2_parent,
 			   sizeof(t->v2_parent), err, errlen);
 	if (rc)
 		return rc;
@@ -353,7 +356,7 @@ static int choose_target(const struct gb_cg *cg, const struct gb_cg_task *t,
 			       "isolate: %d device program(s) apply to %s "
 			       "from above the mounted cgroup2 tree at %s; "
 			       "cannot keep them", (int)nbefore,
-			       t->v2_parent, cg->unified.dir);
+			       t->v2_parent, cg->mnt.unified.dir);
 	if (near.cnt == 0 || (near.flags & BPF_F_ALLOW_MULTI))
 		return GB_CG_OK;
 	/* Overridable or exclusive: that one is replaced for our subtree, so
@@ -533,22 +536,23 @@ static int narrow_and_move(struct gb_cg_task *t, pid_t pid, int cpuset_ok,
 	return GB_CG_OK;
 }
 
-int gb_cg_v2_apply(struct gb_cg *cg, struct gb_cg_task *t, int local_id,
-		   const char *name, pid_t pid, const unsigned char *allow,
-		   const cpu_set_t *cpus, const cpu_set_t *mems, char *err,
-		   size_t errlen)
+static int v2_apply(struct gb_cg *cg, const struct gb_cg_apply_args *a,
+		    char *err, size_t errlen)
 {
+	struct gb_cg_task *t = a->task;
+	const cpu_set_t *cpus = a->cpus, *mems = a->mems;
+	pid_t pid = a->pid;
 	uint32_t before[GB_BPF_MAX_QUERY], nbefore = 0;
 	struct target tg = {.id = 0, .fd = -1, .replace = 0};
 	int rc, cpuset_ok = 0, isolate = cg->flags & GB_CG_ISOLATE;
 
-	rc = place(cg, t, name, pid, err, errlen);
+	rc = place(cg, t, a->name, pid, err, errlen);
 	if (!rc && (cpus || mems))
 		rc = cpuset_reachable(cg, t, &cpuset_ok, err, errlen);
 	if (rc)
 		return rc;
 	if (isolate) {
-		rc = isolate_prepare(cg, t, local_id, pid, allow, before,
+		rc = isolate_prepare(cg, t, a->local_id, pid, a->allow, before,
 				     &nbefore, &tg, err, errlen);
 		if (rc)
 			goto out;
@@ -629,8 +633,8 @@ static int restore_replaced(struct gb_cg_task *t, char *err, size_t errlen)
 	return GB_CG_OK;
 }
 
-int gb_cg_v2_cleanup(struct gb_cg *cg, struct gb_cg_task *t, char *err,
-		     size_t errlen)
+static int v2_cleanup(struct gb_cg *cg, struct gb_cg_task *t, char *err,
+		      size_t errlen)
 {
 	int rc;
 
@@ -650,3 +654,23 @@ int gb_cg_v2_cleanup(struct gb_cg *cg, struct gb_cg_task *t, char *err,
 		return restore_replaced(t, err, errlen);
 	return GB_CG_OK;
 }
+
+static void v2_describe(const struct gb_cg *cg, char *buf, size_t len)
+{
+	snprintf(buf, len, "cgroup v2 at %s (BPF device programs)",
+		 cg->mnt.unified.dir);
+}
+
+static const char *v2_task_path(const struct gb_cg_task *t)
+{
+	return t->in_place ? t->v2_parent : t->v2_dir;
+}
+
+const struct gb_cg_ops gb_cg_v2_ops = {
+	.prepare = v2_prepare,
+	.apply = v2_apply,
+	.cleanup = v2_cleanup,
+	.close = v2_close,
+	.describe = v2_describe,
+	.task_path = v2_task_path,
+};

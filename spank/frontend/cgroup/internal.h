@@ -1,13 +1,20 @@
 /*
- * Shared between cgroup_common.c, cgroup_v1.c and cgroup_v2*.c. Not part of
- * the front end's API (cgroup.h is).
+ * Inside the cgroup layer (this folder); not part of the front end's API
+ * (cgroup.h is). Who calls whom, downward only:
+ *   lifecycle.c  gb_cg_prepare/apply/task_exit/fini: the checks, the probe,
+ *                then the backend chosen once (struct gb_cg_ops)
+ *   probe.c      the hierarchies mounted and the version to use, with the
+ *                refusals that depend on it
+ *   v1.c, v2.c   one backend per cgroup version (gb_cg_v1_ops, gb_cg_v2_ops)
+ *   v2_bpf.c     bpf(2) for v2; v2_prog.c builds the device program
+ *   fs.c         files, mountinfo, the plugin's cgroup directories, cpusets
  */
 #ifndef GPUBIND_CGROUP_INTERNAL_H
 #define GPUBIND_CGROUP_INTERNAL_H
 
 #include "cgroup.h"
 #include "table.h"
-#include "cgroup_v2_prog.h"
+#include "v2_prog.h"
 
 #include <stdarg.h>
 
@@ -25,6 +32,17 @@ struct gb_cg_mount {
 	 * co-mounted in this hierarchy; "" when none.
 	 */
 	char comount[16];
+};
+
+/* The hierarchies in mountinfo (first mount of each wins). */
+struct gb_cg_mounts {
+	struct gb_cg_mount devices, cpuset, unified;
+};
+
+/* What the probe decided: the mounts, and GB_CG_V1 or GB_CG_V2. */
+struct gb_cg_probe {
+	struct gb_cg_mounts mnt;
+	int version;
 };
 
 struct gb_cg_task {
@@ -56,21 +74,60 @@ struct gb_cg_task {
 	int cleanup_pending;
 };
 
+struct gb_cg_ops;
+
 struct gb_cg {
 	int version;  /* GB_CG_V1 or GB_CG_V2 (the device/cpuset backend) */
+	const struct gb_cg_ops *ops;  /* that version's backend */
 	unsigned flags;
 	uint32_t job_id, step_id;
 	long stepd_pid;  /* in names: several slurmds on one host reuse job ids */
 	int ntasks;
 	int mig;
 	unsigned char step_minor[GB_CG_NMINORS];
-	struct gb_cg_mount devices, cpuset, unified;
+	struct gb_cg_mounts mnt;
 	int allow_fd;  /* v2: "allow everything" program, tail-call target */
 	char describe[3 * GB_CG_PATHLEN];
 	struct gb_cg_task *tasks;
 };
 
-/* cgroup_common.c (errors are formatted by gb_errf, rule/table.h) */
+/* What one backend's apply gets: one task, everything checked already. */
+struct gb_cg_apply_args {
+	struct gb_cg_task *task;
+	int local_id;
+	const char *name;            /* gpubind_jJOB_sSTEP_pPID_tTASK */
+	pid_t pid;
+	const unsigned char *allow;  /* [GB_CG_NMINORS]: 1 = the task may open */
+	const cpu_set_t *cpus;       /* NULL: CPUs left as they are */
+	const cpu_set_t *mems;       /* NULL: memory nodes left as they are */
+};
+
+/* One backend per cgroup version; lifecycle.c picks one in prepare. */
+struct gb_cg_ops {
+	/* Before fork, after the probe (v2: loads the BPF programs). */
+	int (*prepare)(struct gb_cg *cg, char *err, size_t errlen);
+	int (*apply)(struct gb_cg *cg, const struct gb_cg_apply_args *a,
+		     char *err, size_t errlen);
+	/* Removes what apply made for t; GB_CG_ERROR leaves it for fini. */
+	int (*cleanup)(struct gb_cg *cg, struct gb_cg_task *t, char *err,
+		       size_t errlen);
+	/* Closes what prepare opened (also after a failed prepare). */
+	void (*close)(struct gb_cg *cg);
+	void (*describe)(const struct gb_cg *cg, char *buf, size_t len);
+	const char *(*task_path)(const struct gb_cg_task *t);
+};
+
+extern const struct gb_cg_ops gb_cg_v1_ops;  /* v1.c */
+extern const struct gb_cg_ops gb_cg_v2_ops;  /* v2.c */
+
+/* probe.c: mountinfo NULL means /proc/self/mountinfo; version GB_CG_AUTO
+ * chooses. GB_CG_REFUSED (with p filled in) when the flags cannot work. */
+int gb_cg_probe(struct gb_cg_probe *p, unsigned flags, int version,
+		const char *mountinfo, char *err, size_t errlen);
+
+/* fs.c (errors are formatted by gb_errf, rule/table.h) */
+int gb_cg_parse_mountinfo(struct gb_cg_mounts *mnt, const char *path,
+			  char *err, size_t errlen);
 int gb_cg_write_file(const char *path, const char *text, char *err,
 		     size_t errlen);
 int gb_cg_read_file(const char *path, char *buf, size_t len, char *err,
@@ -85,22 +142,12 @@ int gb_cg_mkdir_fresh(const char *dir, char *err, size_t errlen);
  * (Slurm's cgroup) first. ENOENT is success. */
 int gb_cg_rmdir(const char *dir, char *err, size_t errlen);
 int gb_cg_move_pid(const char *dir, pid_t pid, char *err, size_t errlen);
-/* gpubind_jJOB_sSTEP_pPID_tTASK: the plugin's own cgroup of a task. */
-int gb_cg_task_name(const struct gb_cg *cg, int local_id, char *buf,
-		    size_t len);
 /* Child cpuset = want & parent's (both files named by the caller). */
 int gb_cg_narrow_cpuset(const char *dir, const char *parent_cpus_file,
 			const char *parent_mems_file, const cpu_set_t *cpus,
 			const cpu_set_t *mems, char *err, size_t errlen);
 
-/* cgroup_v1.c */
-int gb_cg_v1_apply(struct gb_cg *cg, struct gb_cg_task *t, const char *name,
-		   pid_t pid, const unsigned char *allow, const cpu_set_t *cpus,
-		   const cpu_set_t *mems, char *err, size_t errlen);
-int gb_cg_v1_cleanup(struct gb_cg *cg, struct gb_cg_task *t, char *err,
-		     size_t errlen);
-
-/* cgroup_v2_bpf.c: bpf(2), no policy. The int-returning calls give a
+/* v2_bpf.c: bpf(2), no policy. The int-returning calls give a
  * descriptor or 0, and -1 with errno (or, where they take err, GB_CG_ERROR
  * with err filled in). */
 #define GB_BPF_MAX_QUERY 64
@@ -118,14 +165,5 @@ int gb_bpf_detach(int cg_fd, int prog_fd);
  * up to GB_BPF_MAX_QUERY ids, their count, and the attach flags. */
 int gb_bpf_query(const char *dir, int effective, uint32_t *ids,
 		 uint32_t *cnt, uint32_t *flags, char *err, size_t errlen);
-
-/* cgroup_v2.c: the policy (where the program goes, and the checks) */
-int gb_cg_v2_prepare(struct gb_cg *cg, char *err, size_t errlen);
-int gb_cg_v2_apply(struct gb_cg *cg, struct gb_cg_task *t, int local_id,
-		   const char *name, pid_t pid, const unsigned char *allow, const cpu_set_t *cpus,
-		   const cpu_set_t *mems, char *err, size_t errlen);
-int gb_cg_v2_cleanup(struct gb_cg *cg, struct gb_cg_task *t, char *err,
-		     size_t errlen);
-void gb_cg_v2_close(struct gb_cg *cg);
 
 #endif
