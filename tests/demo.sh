@@ -114,6 +114,22 @@ demo_helper_hello() {
 }
 DEMOS+=(demo_helper_hello)
 
+# ---- demo: PyTorch DDP started by gpubind.torch ----------------------------------------------
+# examples/torch_ddp.py under plain srun --mpi=pmix: gpubind.torch.init_process_group takes
+# ranks from PMIx, rank 0 opens the TCPStore on a free port and broadcasts it; gloo on CPU.
+# Debian's python3 (python3-torch), the package from the source tree, the library just built.
+demo_torch_ddp() {
+	section "PyTorch: examples/torch_ddp.py, DDP on 4 ranks over 2 nodes (srun --mpi=pmix, no torchrun, no MASTER_ADDR)"
+	(cd "$ROOT" && run make -s -f lib/Makefile.inc BUILD="$BUILD")
+	local bind=(--gpu-bind-topo)
+	srun --help 2>&1 | grep -q -- --gpu-bind-topo || bind=()
+	run env PYTHONPATH="$ROOT/python" GPUBIND_LIBGPUHELPER="$BUILD/libgpuhelper.so.1" PYTHONDONTWRITEBYTECODE=1 \
+		srun -N2 -n4 --ntasks-per-node=2 --gpus-per-node=2 --mpi=pmix "${bind[@]}" \
+		/usr/bin/python3 "$ROOT/examples/torch_ddp.py" 40
+	echo "(every rank ends with the same weights, near w=3 b=-1: DDP averaged the gradients over gloo)"
+}
+DEMOS+=(demo_torch_ddp)
+
 main() {
 	if [[ $(id -u) != 0 ]]; then
 		echo "demo: needs root (private Slurm cluster)" >&2
