@@ -23,6 +23,8 @@
 #     the batch step and the user's own --gpu-bind/--tres-bind/--gpus-per-task behave exactly as
 #     without the plugin; a GPU step that asked for nothing differs only in the binding variables
 #  4. libgpuhelper under Slurm's PMIx: examples/nccl_allreduce with -n1 and -n2 (one-rank groups)
+#  4b. the Python package: gpubind.init() against nvidia-smi, gpubind.torch with nccl (n=1) and
+#     gloo (n=2), gpubind.nccl_id() starting a real NCCL communicator (tests/gpu/python.sh)
 #  5. launch cost with one core per rank: srun -n1/-n8/-n16, no plugin against the plugin
 #     without plan cache, a first step and a repeated step (plan cache hit), alternated; and
 #     gpuhelper_init against raw PMIx at n = 2, 8, 16 (one core per rank) and 32 (oversubscribed)
@@ -495,6 +497,10 @@ if command -v nvcc >/dev/null && [[ -e /usr/include/nccl.h ]]; then
 else
 	fail "no nvcc or nccl.h: section 4 not run"
 fi
+
+# 4b. the Python package gpubind with the machine's PyTorch and NCCL (tests/gpu/python.sh)
+# shellcheck source=tests/gpu/python.sh
+. "$root/tests/gpu/python.sh"
 
 section "5. launch cost, one core per rank (alternated, median of 9)"
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
