@@ -166,6 +166,25 @@ install: build check-slurm-version
 	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|' \
 	    lib/gpuhelper.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/gpuhelper.pc
 
+# ---- Python package gpubind (python/gpubind, pure Python over libgpuhelper.so.1) -----------------
+# Installed for Debian's /usr/bin/python3: PREFIX=/usr puts it in /usr/lib/python3/dist-packages
+# (Debian's directory for packaged modules), another PREFIX in PREFIX/lib/python3.X/dist-packages
+# (on sys.path for /usr/local). PYTHONDIR overrides both. The package finds the library through
+# the loader, then in GPUBIND_PY_LIBDIR (default LIBDIR, written into gpubind/_config.py; empty
+# for a directory the loader searches anyway, as the .deb does).
+PYTHON           ?= /usr/bin/python3
+PYTHONDIR        ?= $(if $(filter /usr /usr/,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREFIX)/lib/$(shell $(PYTHON) -c 'import sys; print("python%d.%d" % sys.version_info[:2])' 2>/dev/null || echo python3)/dist-packages)
+GPUBIND_PY_LIBDIR ?= $(LIBDIR)
+PYTHON_FILES     := $(wildcard python/gpubind/*.py) python/gpubind/py.typed
+
+.PHONY: install-python
+install: install-python
+install-python:
+	install -d $(DESTDIR)$(PYTHONDIR)/gpubind
+	install -m 0644 $(PYTHON_FILES) $(DESTDIR)$(PYTHONDIR)/gpubind/
+	$(if $(GPUBIND_PY_LIBDIR),sed -i 's|^LIBDIR: Optional\[str\] = None$$|LIBDIR: Optional[str] = "$(GPUBIND_PY_LIBDIR)"|' \
+	    $(DESTDIR)$(PYTHONDIR)/gpubind/_config.py)
+
 clean:
 	rm -rf $(BUILD)
 

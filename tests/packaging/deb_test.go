@@ -22,7 +22,7 @@ import (
 )
 
 // debPackages are the binary packages of debian/control.
-var debPackages = []string{"slurm-spank-gpubind", "gpubind", "libgpuhelper1", "libgpuhelper-dev"}
+var debPackages = []string{"slurm-spank-gpubind", "gpubind", "libgpuhelper1", "libgpuhelper-dev", "python3-gpubind"}
 
 var (
 	debOnce sync.Once
@@ -152,6 +152,8 @@ func TestDebContents(t *testing.T) {
 			"/usr/share/man/man3/gpuhelper.3.gz", "/usr/share/man/man3/gpuhelper_init.3.gz",
 			"/usr/lib/x86_64-linux-gnu/cmake/gpuhelper/gpuhelperConfig.cmake",
 			"/usr/lib/x86_64-linux-gnu/cmake/gpuhelper/gpuhelperConfigVersion.cmake"},
+		"python3-gpubind": {"/usr/lib/python3/dist-packages/gpubind/__init__.py", "/usr/lib/python3/dist-packages/gpubind/torch.py",
+			"/usr/lib/python3/dist-packages/gpubind/_lib.py", "/usr/lib/python3/dist-packages/gpubind/_netif.py"},
 	}
 	for pkg, files := range want {
 		got := debContents(t, debs[pkg])
@@ -277,6 +279,28 @@ func TestDebInstallRunPurge(t *testing.T) {
 			t.Errorf("gpubind check: %s is not ok", item)
 		}
 	}
+
+	// python3-gpubind: Debian's python3 imports it with no PYTHONPATH, it loads the packaged
+	// library, and gpubind.init() answers as a singleton outside any launcher.
+	t.Run("python", func(t *testing.T) {
+		py := exec.Command("/usr/bin/python3", "-c", "import gpubind; i = gpubind.init(); "+
+			"print(gpubind.library_version(), i.rank, i.size, gpubind.__file__); "+
+			"print([l.split()[-1] for l in open('/proc/self/maps') if 'libgpuhelper' in l][0])")
+		py.Env = []string{"PATH=/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE=1"}
+		out, err := py.CombinedOutput()
+		if err != nil {
+			t.Fatalf("python3 -c 'import gpubind; gpubind.init()': %v\n%s", err, out)
+		}
+		f := strings.Fields(string(out))
+		lib, _ := filepath.EvalSymlinks("/usr/lib/x86_64-linux-gnu/libgpuhelper.so.1")
+		var got string
+		if len(f) == 5 {
+			got, _ = filepath.EvalSymlinks(f[4])
+		}
+		if len(f) != 5 || f[1] != "0" || f[2] != "1" || f[3] != "/usr/lib/python3/dist-packages/gpubind/__init__.py" || got != lib {
+			t.Errorf("packaged gpubind: %q; want rank 0 of 1 from /usr/lib/python3/dist-packages with %s", out, lib)
+		}
+	})
 
 	// libgpuhelper-dev's CMake package, found in the system prefix without any hint.
 	t.Run("cmake", func(t *testing.T) {

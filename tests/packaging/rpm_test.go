@@ -13,7 +13,7 @@ import (
 )
 
 // rpmPackages are the packages of packaging/gpubind.spec.
-var rpmPackages = []string{"slurm-spank-gpubind", "gpubind", "libgpuhelper1", "libgpuhelper-devel"}
+var rpmPackages = []string{"slurm-spank-gpubind", "gpubind", "libgpuhelper1", "libgpuhelper-devel", "python3-gpubind"}
 
 // systemSlurm reads SLURM_VERSION_NUMBER of the system headers: the number and "22.05.8".
 func systemSlurm(t *testing.T) (uint32, string) {
@@ -87,6 +87,17 @@ func TestRPM(t *testing.T) {
 				}
 			}
 		}
+	}
+	// python3-gpubind: the package in the distribution's python3 sitelib, noarch, needing its library.
+	if list := run(t, "rpm", "-qlp", rpms["python3-gpubind"]); !regexp.MustCompile(`(?m)^/usr/lib/python3[.0-9]*/site-packages/gpubind/__init__\.py$`).MatchString(list) ||
+		!strings.Contains(list, "/gpubind/torch.py") {
+		t.Errorf("python3-gpubind lacks gpubind/__init__.py or torch.py in a python3 site-packages:\n%s", list)
+	}
+	if !strings.Contains(rpms["python3-gpubind"], "/noarch/") {
+		t.Errorf("python3-gpubind is not noarch: %s", rpms["python3-gpubind"])
+	}
+	if req := run(t, "rpm", "-qRp", rpms["python3-gpubind"]); !strings.Contains(req, "libgpuhelper1 = 1.0.0-1") {
+		t.Errorf("python3-gpubind does not require its library:\n%s", req)
 	}
 	req := run(t, "rpm", "-qRp", rpms["slurm-spank-gpubind"])
 	if !regexp.MustCompile(`(?m)^slurm\(x86-64\) = ` + regexp.QuoteMeta(slurmVer) + `$`).MatchString(req) {
