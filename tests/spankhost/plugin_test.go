@@ -204,6 +204,12 @@ func TestPrecedenceAndOff(t *testing.T) {
 			if req["option"] != c.want {
 				t.Errorf("option=%q, want %q", req["option"], c.want)
 			}
+			// A job-wide option that gives the tasks fewer GPUs than the step has: said
+			// once, by global task 0.
+			if cut := "from the job (SLURM_GPU_BIND_TOPO) gives this step's 2 tasks 2 of its 4 GPUs"; strings.Contains(c.name, "fewer tasks") &&
+				strings.Count(r.stderr, cut) != 1 {
+				t.Errorf("want one warning %q:\n%s", cut, r.stderr)
+			}
 			for k, v := range map[string]string{"force": "cpus", "never": "isolate", "local_tasks": "2", "global_ids": "0,1",
 				"env.SLURM_STEP_GPUS": "0,1", "mode": "enforce", "uid": itoa(0)} {
 				if os.Geteuid() != 0 && k == "uid" ||
