@@ -54,6 +54,16 @@ func BuildTable(in PlanInput) (*Table, error) {
 		tab.Visible = o.Visible
 		tab.Near = nearOrder(t, st)
 	}
+	// CUDA enumerates only the first MIG device of CUDA_VISIBLE_DEVICES: a list of
+	// several would put every task on the first one's slice. The rule (rule/table.c,
+	// gb_result_widen) gives a MIG task its own slice only; say so here.
+	if hasMIG(st) && (tab.Visible != "" || o.Policy == PolicyPerTask && o.N > 1) {
+		tab.Status = StatusWarn
+		tab.Messages = append(tab.Messages, "the step's GPUs are MIG devices, and CUDA sees only the first MIG device a task lists: "+
+			"each task sees its own slice only (not "+migAsked(o)+")")
+		tab.Visible = ""
+		tab.Near = nil
+	}
 	tab.addFabric(t, st, "")
 	plan := policyPlan(o.Policy)
 	if plan == nil {
@@ -412,4 +422,22 @@ func devPath(sg StepGPU, minor int) string {
 		return "/dev/nvidia" + strconv.Itoa(minor)
 	}
 	return ""
+}
+
+// hasMIG tells whether some step GPU is a MIG device.
+func hasMIG(st *Step) bool {
+	for _, g := range st.GPUs {
+		if g.MIG != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// migAsked names what the option asked that a MIG task cannot have.
+func migAsked(o Option) string {
+	if o.Visible != "" && o.Visible != VisibleOwn {
+		return "visible=" + o.Visible
+	}
+	return "per-task:" + strconv.Itoa(o.N)
 }

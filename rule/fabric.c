@@ -198,7 +198,9 @@ static enum decision decide(const struct gb_table *t,
 		const struct gb_fabric_gpu *g = fabric_gpu(t, r->gpus[i]);
 		const struct gb_gpu *gg = &t->gpus[r->gpus[i]];
 
-		if (!g)
+		/* The task's own GPUs only: a peer that visible=first|localid
+		 * shows it says nothing about the task's own fabric. */
+		if (!g || !gb_result_is_own(r, i))
 			continue;
 		if (g->state != FAB_COMPLETED) {
 			(void) snprintf(why, len,

@@ -247,3 +247,50 @@ func (t *Table) Apply(k Task) (Result, error) {
 	}
 	return res, nil
 }
+
+// Verdict is what the admin's default= does with a step on a node (gb_default_decide).
+type Verdict int
+
+// The verdicts of table.h's enum gb_default_verdict, in its order.
+const (
+	DefaultNoGPUs     Verdict = C.GB_DEFAULT_NO_GPUS
+	DefaultFewerTasks Verdict = C.GB_DEFAULT_FEWER_TASKS
+	DefaultBind       Verdict = C.GB_DEFAULT_BIND
+	DefaultShare      Verdict = C.GB_DEFAULT_SHARE
+	DefaultAskEngine  Verdict = C.GB_DEFAULT_ASK_ENGINE
+)
+
+// DefaultDecision is the front end's decision for a step that only the admin's default=
+// would bind, from its environment alone: stepGPUs is SLURM_STEP_GPUS (nil when unset),
+// ntasks the node's local tasks. It returns the verdict, the step's GPUs on the node and
+// how many the policy gives the tasks (-1 unknown), and the option text the front end
+// plans with ("" when it does not plan). force is the plugstack's forced flags ("isolate",
+// "cpus,isolate", "" none).
+func DefaultDecision(option string, stepGPUs *string, ntasks int, force string) (v Verdict, ngpus, used int, planned string, err error) {
+	co := C.CString(option)
+	defer C.free(unsafe.Pointer(co))
+	var forced C.unsigned
+	if force != "" {
+		cf := C.CString(force)
+		defer C.free(unsafe.Pointer(cf))
+		if C.gb_flags_parse(cf, &forced) != 0 {
+			return 0, -1, -1, "", errors.New("force " + force + ": unknown flag")
+		}
+	}
+	var s C.struct_gb_default_step
+	s.ntasks = C.int(ntasks)
+	if stepGPUs != nil {
+		s.step_gpus = C.CString(*stepGPUs)
+		defer C.free(unsafe.Pointer(s.step_gpus))
+	}
+	v = Verdict(C.gb_default_decide(co, &s))
+	ngpus, used = int(s.ngpus), int(s.used)
+	if v == DefaultNoGPUs || v == DefaultFewerTasks {
+		return v, ngpus, used, "", nil
+	}
+	var buf [1024]C.char
+	if C.gb_default_option(co, C.enum_gb_default_verdict(v), forced, &buf[0], C.size_t(len(buf))) != 0 {
+		return v, ngpus, used, "", errors.New("option text too long")
+	}
+	return v, ngpus, used, C.GoString(&buf[0]), nil
+}

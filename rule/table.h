@@ -211,9 +211,75 @@ int gb_result_restrict(const struct gb_table *t, struct gb_result *r,
  * gb_result_restrict, add the step's other GPUs the task may open, nearest
  * to its own first ("near" lines); first: its own GPUs first; localid: its
  * own first GPU at entry lid (the task's SLURM_LOCALID; the end when there
- * are fewer GPUs). visible own: nothing changes. Never allocates.
+ * are fewer GPUs). visible own: nothing changes. MIG: CUDA enumerates only
+ * the first MIG device of CUDA_VISIBLE_DEVICES, so a task whose first GPU
+ * is a MIG device keeps that one slice only, whatever the mode (the engine
+ * warns in the table). Never allocates.
  */
 void gb_result_widen(const struct gb_table *t, struct gb_result *r, int lid);
+
+/*
+ * Whether gpus[i] of a result is one of the task's own GPUs (not one that
+ * visible=first|localid added).
+ */
+int gb_result_is_own(const struct gb_result *r, int i);
+
+/*
+ * The admin's default= on a step (docs/admin.md "default="). A binding that
+ * comes only from default= never shrinks what a task sees, and a step it
+ * would not bind is never failed by the plugin: so what the step's
+ * environment alone decides is decided here, in the front end, before any
+ * trust check, plan cache lookup or launcher. Plain C, no allocation.
+ */
+enum gb_default_verdict {
+	/* No SLURM_STEP_GPUS (a CPU-only step, --gres=none, --gpus=0, a step
+	 * of a GPU job that has SLURM_JOB_GPUS only) or an empty one: Slurm
+	 * gave the step no GPU on this node. Not bound. */
+	GB_DEFAULT_NO_GPUS,
+	/* The policy gives the tasks fewer GPUs than the step has here
+	 * (torchrun, JAX, one process driving several GPUs): left exactly as
+	 * Slurm set it up. */
+	GB_DEFAULT_FEWER_TASKS,
+	/* tasks x N == the step's GPUs: bound, per-task cpus/isolate too. */
+	GB_DEFAULT_BIND,
+	/* tasks x N > the step's GPUs (tasks share GPUs): bound, without
+	 * per-task cpus and isolate. */
+	GB_DEFAULT_SHARE,
+	/* The environment does not tell (a GPU list or option text this
+	 * parser does not read): the engine plans and decides. */
+	GB_DEFAULT_ASK_ENGINE,
+};
+
+struct gb_default_step {
+	const char *step_gpus;  /* SLURM_STEP_GPUS, NULL when unset */
+	int ntasks;             /* the node's local tasks */
+	int ngpus;              /* out: the step's GPUs here, -1 unknown */
+	int used;               /* out: GPUs the policy gives the tasks, -1 unknown */
+};
+
+/* Entries of a GPU list as Slurm writes SLURM_STEP_GPUS ("0,1,3", "0-3",
+ * GPU-/MIG- UUIDs); -1 when it is not one. "" has 0. */
+int gb_gpu_list_count(const char *list);
+
+/* GPUs an option's policy gives ntasks tasks on a node: per-task:N gives N
+ * each, single:N one per N tasks, every other policy one each. -1 when the
+ * option's first item is a per-task:/single: without a valid N. */
+int gb_option_gpus_used(const char *option, int ntasks);
+
+enum gb_default_verdict gb_default_decide(const char *option,
+					  struct gb_default_step *s);
+
+/*
+ * The option text a default binding plans with, into buf: for
+ * GB_DEFAULT_SHARE without the cpus and isolate flags; then
+ * ",visible=localid" added (every task keeps every step GPU and finds its
+ * own nearest at entry SLURM_LOCALID) unless the option names a visible=
+ * or asks isolate, or force (GB_FLAG_* bits the admin forces) holds
+ * isolate: isolation is the admin's explicit choice to show a task only
+ * its own GPU. 0, or -1 when buf is too small.
+ */
+int gb_default_option(const char *option, enum gb_default_verdict v,
+		      unsigned force, char *buf, size_t len);
 
 /* Flag names ("isolate,cpus", "-" for none) to GB_FLAG_* bits: 0, or -1
  * for an unknown name; and back ("-" for none). */

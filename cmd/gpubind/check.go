@@ -570,6 +570,37 @@ func (c *checker) checkCacheDir() {
 		return
 	}
 	c.add("cache_dir", statusOK, "%s is root-owned, mode %v", p, fi.Mode().Perm())
+	c.checkLauncherFailure(p)
+}
+
+// launcherFailMemo is where slurmstepd remembers a launcher that timed out, crashed or gave
+// no table (spank/frontend/failmemo.c: GB_FAILMEMO_NAME, GB_FAILMEMO_S): "PATH\tCAUSE".
+const (
+	launcherFailMemo    = "launcher-failed"
+	launcherFailMemoFor = 60 * time.Second
+)
+
+// checkLauncherFailure reports a launcher failure slurmstepd remembers: for its time, steps
+// that only default= binds run unbound without starting the launcher.
+func (c *checker) checkLauncherFailure(cacheDir string) {
+	p := filepath.Join(cacheDir, launcherFailMemo)
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		c.add("launcher", statusWarn, "%v", err)
+		return
+	}
+	path, cause, _ := strings.Cut(strings.TrimSpace(string(b)), "\t")
+	age := time.Since(fi.ModTime()).Round(time.Second)
+	if age < launcherFailMemoFor {
+		c.add("launcher", statusFail, "the launcher %s failed %v ago on this node: %s; steps that only default= binds run as Slurm set them up until %v have passed (%s)",
+			path, age, cause, launcherFailMemoFor, p)
+		return
+	}
+	c.add("launcher", statusWarn, "the launcher %s failed %v ago on this node: %s (%s)", path, age, cause, p)
 }
 
 // checkCgroup reads the cgroup mounts from mountinfo and says whether the isolate and cpus

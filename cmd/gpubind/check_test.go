@@ -262,6 +262,17 @@ func TestCheckLauncher(t *testing.T) {
 		rc, items := n.check(t)
 		expect(t, rc, items, "launcher", statusFail, `the directory `+regexp.QuoteMeta(above)+` of launcher .*/gpubind-launcher is owned by uid 65534, not root`)
 	})
+	// Issue 33: a launcher that failed in slurmstepd is remembered for a minute, and
+	// check names it and the cause.
+	t.Run("remembered failure", func(t *testing.T) {
+		n := healthyNode(t)
+		memo := filepath.Join(n.root, "run/gpubind/launcher-failed")
+		if err := os.WriteFile(memo, []byte("/usr/libexec/gpubind/gpubind-launcher\tengine did not finish within 500 ms\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rc, items := n.check(t)
+		expect(t, rc, items, "launcher", statusFail, `the launcher /usr/libexec/gpubind/gpubind-launcher failed .* ago on this node: engine did not finish within 500 ms; steps that only default= binds run as Slurm set them up`)
+	})
 	t.Run("launcher=", func(t *testing.T) {
 		n := healthyNode(t)
 		setPlugstack(t, n.root, "required "+fixturePluginDir+"/spank_gpubind.so mode=enforce default=off cache_dir=/run/gpubind launcher=/opt/gb/launcher")

@@ -79,12 +79,13 @@ static int set_number(int *dst, const char *key, const char *val, long lo,
 /* The plugstack keys, in the order the "unknown argument" error lists them. */
 static const struct key {
 	const char *name;
-	enum { K_STRING, K_PATH, K_MODE, K_SOURCE, K_TIMEOUT, K_FLAG,
-	       K_PLAN_CACHE, K_NICS } kind;
+	enum { K_STRING, K_PATH, K_MODE, K_DEFAULT_MODE, K_SOURCE, K_TIMEOUT,
+	       K_FLAG, K_PLAN_CACHE, K_NICS } kind;
 	size_t off, len;    /* K_STRING, K_PATH: the field of struct gb_config */
 } keys[] = {
 	{ "default", K_STRING, STR_FIELD(default_opt) },
 	{ "mode", K_MODE, 0, 0 },
+	{ "default_mode", K_DEFAULT_MODE, 0, 0 },
 	{ "source", K_SOURCE, 0, 0 },
 	{ "snapshot", K_PATH, STR_FIELD(snapshot) },
 	{ "root", K_PATH, STR_FIELD(root) },
@@ -115,6 +116,13 @@ static int set_key(struct gb_config *c, const struct key *k, const char *val,
 				       "plugstack argument mode=%s: expected enforce or optional",
 				       val);
 		c->mode_optional = !strcmp(val, "optional");
+		return 0;
+	case K_DEFAULT_MODE:
+		if (strcmp(val, "enforce") && strcmp(val, "optional"))
+			return gb_errf(err, errlen, -1,
+				       "plugstack argument default_mode=%s: expected optional (the default: a step that only default= binds runs as Slurm set it up when the plugin fails) or enforce",
+				       val);
+		c->default_enforce = !strcmp(val, "enforce");
 		return 0;
 	case K_SOURCE:
 		if (strcmp(val, "auto") && strcmp(val, "nvml") &&

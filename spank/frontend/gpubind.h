@@ -38,7 +38,12 @@
 /* plugstack.conf arguments (args.c). */
 struct gb_config {
 	char default_opt[256];   /* "" means off */
-	int mode_optional;
+	int mode_optional;       /* mode=: failures of explicit requests */
+	/*
+	 * default_mode=enforce: a step that only default= binds fails when the
+	 * plugin fails (optional, the default: it runs as Slurm set it up).
+	 */
+	int default_enforce;
 	char source[16];         /* auto|nvml|sysfs|snapshot */
 	char snapshot[1024];
 	char root[1024];
@@ -86,6 +91,12 @@ void gb_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * (may be NULL) receives the logged text.
  */
 int gb_failed(const char *what, const char *unbound, char *msg, size_t len);
+/*
+ * The step's binding came only from the admin's default=: from now on
+ * gb_failed decides by default_mode= (and fails where the admin forces
+ * isolate or cpus), not by mode=. slurmstepd serves one step.
+ */
+void gb_failed_for_default(void);
 /* A failed spank_* call, with its error named. */
 void gb_spank_error(const char *call, const char *what, spank_err_t rc);
 long gb_now_us(void);
@@ -103,6 +114,20 @@ void gb_stepd_user_init(void);
 void gb_stepd_exit(void);
 struct gb_table;
 const struct gb_table *gb_stepd_plan(void);
+
+/*
+ * failmemo.c: a launcher that failed (timed out, crashed, gave no table) is
+ * remembered in cache_dir for GB_FAILMEMO_S seconds, so that a hung NVML
+ * does not cost every step of the node the whole timeout. gb_failmemo_get:
+ * 1 with the remembered cause of launcher's failure in buf and its age in
+ * *age_s, else 0. A launcher that planned clears it.
+ */
+#define GB_FAILMEMO_S 60
+#define GB_FAILMEMO_NAME "launcher-failed"
+int gb_failmemo_get(const char *launcher, char *buf, size_t len,
+		    long *age_s);
+void gb_failmemo_put(const char *launcher, const char *why);
+void gb_failmemo_clear(void);
 
 /* child.c */
 /*

@@ -33,16 +33,30 @@ GB_LOG_FUNCTION(gb_info, slurm_info)
 GB_LOG_FUNCTION(gb_verbose, slurm_verbose)
 GB_LOG_FUNCTION(gb_debug, slurm_debug)
 
+/* Set by gb_failed_for_default: the step's binding is the admin's default. */
+static int for_default;
+
+void gb_failed_for_default(void)
+{
+	for_default = 1;
+}
+
 int gb_failed(const char *what, const char *unbound, char *msg, size_t len)
 {
 	char buf[GB_LOGBUF];
 	int enforce = !gb_conf.mode_optional;
+	const char *setting = "mode=optional";
 
+	if (for_default) {
+		/* What the admin forces fails the step as the admin asked. */
+		enforce = gb_conf.default_enforce || gb_conf.force[0];
+		setting = "default_mode=optional";
+	}
 	if (enforce)
 		(void) snprintf(buf, sizeof(buf), "%s", what);
 	else
-		(void) snprintf(buf, sizeof(buf), "%s; %s (mode=optional)", what,
-				unbound);
+		(void) snprintf(buf, sizeof(buf), "%s; %s (%s)", what, unbound,
+				setting);
 	gb_error("%s", buf);
 	if (msg && len)
 		(void) snprintf(msg, len, "%s", buf);

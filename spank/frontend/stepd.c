@@ -66,8 +66,13 @@ static struct {
 	 * as Slurm set it up.
 	 */
 	int from_default;
+	/* From default=: what the environment alone decided (rule/table.c). */
+	enum gb_default_verdict verdict;
 	/* The user's own GPU binding seen with their explicit option (warned once). */
 	char user_bind[512];
+	/* A job-wide --gpu-bind-topo that gives the tasks fewer GPUs than the
+	 * step has: global task 0 says so once. */
+	char inherited_cut[600];
 } step;
 
 /*
@@ -270,7 +275,13 @@ static int build_request(spank_t sp, const char *option, struct req *r)
 	int failed = 0;
 
 	req_add(r, "option", option);
-	req_add(r, "mode", gb_conf.mode_optional ? "optional" : "enforce");
+	/*
+	 * The admin's default= binds only what it can bind for sure: the
+	 * engine's strict checks apply (an assumed GRES order is an error), and
+	 * default_mode= decides what a failure does (gb_failed).
+	 */
+	req_add(r, "mode", gb_conf.mode_optional && !step.from_default ?
+			   "optional" : "enforce");
 	req_add(r, "source", gb_conf.source);
 	req_add(r, "root", gb_conf.root);
 	req_add(r, "snapshot", gb_conf.snapshot);
@@ -331,14 +342,30 @@ static int build_request(spank_t sp, const char *option, struct req *r)
 }
 
 /*
- * Plan failed: enforce fails the step, optional runs it unbound. Either way
- * init_post_opt succeeds and the tasks report it (step.problem).
+ * Plan failed: enforce fails the step, optional runs it unbound (a step that
+ * only default= binds: default_mode=, gb_failed). Either way init_post_opt
+ * succeeds and the tasks report it (step.problem): all of them under
+ * enforce, the first task of the node otherwise.
  */
 static int plan_failed(const char *what)
 {
-	step.problem_fatal = gb_failed(what, "tasks run unbound", step.problem,
+	step.problem_fatal = gb_failed(what, step.from_default ?
+				       "the step runs as Slurm set it up" :
+				       "tasks run unbound", step.problem,
 				       sizeof(step.problem)) < 0;
 	return 0;
+}
+
+/* The launcher itself failed (not the plan): remember it (failmemo.c). */
+static void launcher_failed(const char *launcher,
+			    const struct gb_child_result *res, int rc,
+			    const char *why)
+{
+	if (rc || res->timed_out || res->killed ||
+	    (res->exited && (WIFSIGNALED(res->status) ||
+			     (WIFEXITED(res->status) &&
+			      WEXITSTATUS(res->status)))))
+		gb_failmemo_put(launcher, why);
 }
 
 static void describe_exit(const struct gb_child_result *res, char *buf,
@@ -398,6 +425,7 @@ static int plan_from_engine(const char *launcher, int launcher_fd,
 		free(res.out);
 		(void) snprintf(why, sizeof(why), "plan for --%s=%s failed: %s%s",
 				GB_OPTION_NAME, option, err, ex);
+		launcher_failed(launcher, &res, rc, why);
 		return plan_failed(why);
 	}
 	rc = gb_table_parse(res.out, res.outlen, &step.plan, err, sizeof(err));
@@ -408,8 +436,11 @@ static int plan_from_engine(const char *launcher, int launcher_fd,
 		(void) snprintf(why, sizeof(why),
 				"plan for --%s=%s unusable: %s%s",
 				GB_OPTION_NAME, option, err, ex);
+		launcher_failed(launcher, &res, 0, why);
 		return plan_failed(why);
 	}
+	if (!res.timed_out && !res.killed)
+		gb_failmemo_clear();
 	if (step.plan.status == GB_STATUS_ERROR) {
 		size_t off = 0;
 
@@ -474,8 +505,23 @@ static int plan_step(spank_t sp, const char *option)
 	/* A step shape planned before: its table, no launcher. */
 	gb_plancache_begin(&pc, launcher, r.p);
 	rc = 0;
-	if (!gb_plancache_get(&pc, step.local_task_count, &step.plan))
-		rc = plan_from_engine(launcher, lfd, sfd, r.p, option, &pc);
+	if (!gb_plancache_get(&pc, step.local_task_count, &step.plan)) {
+		char memo[1000];
+		long age;
+
+		/* A default binding does not wait again for a launcher that
+		 * just failed (a hung NVML): as Slurm set the step up. */
+		if (step.from_default &&
+		    gb_failmemo_get(launcher, memo, sizeof(memo), &age)) {
+			(void) snprintf(err, sizeof(err),
+					"the launcher %.1000s failed %ld s ago (%s); not started again for %ld s",
+					launcher, age, memo,
+					(long) GB_FAILMEMO_S - age);
+			rc = plan_failed(err);
+		} else {
+			rc = plan_from_engine(launcher, lfd, sfd, r.p, option, &pc);
+		}
+	}
 	free(r.p);
 	(void) close(lfd);
 	if (sfd >= 0)
@@ -543,10 +589,13 @@ static int gb_user_gpu_bind(char *(*get)(void *ctx, const char *name),
 			g += strlen("gres/gpu:");
 		else if ((g = strstr(v, "gpu:")))        /* gpu:per_task:1 */
 			g += strlen("gpu:");
-		/* --gpu-bind=none, verbose only: no binding of the user's. */
+		/*
+		 * --gpu-bind=verbose alone asks for no binding. Everything else,
+		 * none included (Slurm's explicit "no binding"), is the user's.
+		 */
 		if (g && !strncmp(g, "verbose", 7))
 			g += g[7] == ',' ? 8 : 7;
-		if (g && *g && strncmp(g, "none", 4)) {
+		if (g && *g) {
 			(void) snprintf(buf, len, "%s=%s", names[i], v);
 			free(v);
 			return 1;
@@ -561,6 +610,82 @@ static char *step_getenv(void *ctx, const char *name)
 	int failed;
 
 	return getenv_alloc((spank_t) ctx, name, &failed);
+}
+
+/* gb_default_decide on this step (its SLURM_STEP_GPUS, its local tasks). */
+static int decide(spank_t sp, const char *option,
+		  struct gb_default_step *ds, enum gb_default_verdict *v)
+{
+	int failed;
+	char *gpus = getenv_alloc(sp, "SLURM_STEP_GPUS", &failed);
+
+	if (failed)
+		return -1;
+	memset(ds, 0, sizeof(*ds));
+	ds->step_gpus = gpus;
+	ds->ntasks = (int) step.local_task_count;
+	*v = gb_default_decide(option, ds);
+	ds->step_gpus = NULL;
+	free(gpus);
+	return 0;
+}
+
+/*
+ * A binding that comes only from the admin's default= never shrinks what a
+ * task sees, and a step it would not bind is never failed by the plugin:
+ * decided here from the environment alone, before any trust check, plan
+ * cache lookup or launcher (rule/table.c, docs/admin.md "default="). Returns
+ * 1 to plan, with option rewritten (visible=localid, no per-task cpus or
+ * isolate where tasks share GPUs), or 0 to leave the step as Slurm set it up.
+ */
+static int default_binding(spank_t sp, char *option, size_t len)
+{
+	struct gb_default_step ds;
+	unsigned force = 0;
+	char text[1024];
+
+	gb_failed_for_default();
+	if (decide(sp, option, &ds, &step.verdict))
+		return plan_failed("cannot read SLURM_STEP_GPUS");
+	switch (step.verdict) {
+	case GB_DEFAULT_NO_GPUS:
+		gb_verbose("the step has no GPUs on this node (no SLURM_STEP_GPUS): not bound, its environment and devices are Slurm's");
+		return 0;
+	case GB_DEFAULT_FEWER_TASKS:
+		gb_verbose("default=%s: the step's %d tasks on this node would take %d of its %d GPUs (a task drives several: torchrun, JAX, vLLM): left as Slurm set it up",
+			   option, ds.ntasks, ds.used, ds.ngpus);
+		return 0;
+	case GB_DEFAULT_SHARE:
+		gb_verbose("default=%s: the step's %d tasks share its %d GPUs on this node: no per-task cpus or isolate",
+			   option, ds.ntasks, ds.ngpus);
+		break;
+	default:
+		break;
+	}
+	(void) gb_flags_parse(gb_conf.force, &force);   /* args.c wrote it */
+	if (gb_default_option(option, step.verdict, force, text, sizeof(text)))
+		return plan_failed("default= is too long with visible=localid");
+	(void) snprintf(option, len, "%s", text);
+	return 1;
+}
+
+/*
+ * A --gpu-bind-topo from sbatch/salloc (SLURM_GPU_BIND_TOPO in the job's
+ * environment) is the user's own request, and binds as asked; where it gives
+ * a step fewer GPUs than the step has (an srun meant for torchrun inside a
+ * job that binds), global task 0 says so once.
+ */
+static void inherited_option(spank_t sp, const char *option)
+{
+	struct gb_default_step ds;
+	enum gb_default_verdict v;
+
+	if (decide(sp, option, &ds, &v) || v != GB_DEFAULT_FEWER_TASKS)
+		return;
+	(void) snprintf(step.inherited_cut, sizeof(step.inherited_cut),
+			"--%s=%.300s from the job (%s) gives this step's %d tasks %d of its %d GPUs on this node; srun --%s=off leaves them all to the tasks",
+			GB_OPTION_NAME, option, GB_ENV_OPTION, ds.ntasks,
+			ds.used, ds.ngpus, GB_OPTION_NAME);
 }
 
 /*
@@ -603,6 +728,10 @@ static int step_option(spank_t sp, char *option, size_t len)
 			return 0;
 		}
 	}
+	if (rc && step.from_default)
+		return default_binding(sp, option, len);
+	if (rc && !gb_opt_set)
+		inherited_option(sp, option);
 	return rc;   /* 0 for off: no child, no environment change */
 }
 
@@ -871,6 +1000,8 @@ int gb_stepd_task_init(spank_t sp)
 	    task_set_affinity(&tk) < 0)
 		goto fail;
 	task_warn_fabric(&tk);
+	if (step.inherited_cut[0] && tk.gid == 0)
+		task_warn("%s", step.inherited_cut);
 	task_log(&tk);
 	goto out;
 fail:

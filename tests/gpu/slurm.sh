@@ -20,8 +20,11 @@
 #     With .gpu/old (GPUBIND_OLD_REV in slurm-bundle.sh) the scancel check also runs with the
 #     plugin before the fix, to show the failure it fixed.
 #  3b. an admin default=closest mode=enforce: CPU-only steps, --gres=none, --gpus=0, exit codes,
-#     the batch step and the user's own --gpu-bind/--tres-bind/--gpus-per-task behave exactly as
-#     without the plugin; a GPU step that asked for nothing differs only in the binding variables
+#     the batch step and the user's own --gpu-bind/--tres-bind/--gpus-per-task (and none) behave
+#     exactly as without the plugin; a GPU step that asked for nothing differs only in the
+#     binding variables; set_device(SLURM_LOCALID) (CUDA, and torch where installed) works in
+#     every task; a missing or hanging launcher leaves a GPU step as without the plugin, with
+#     one warning
 #  4. libgpuhelper under Slurm's PMIx: examples/nccl_allreduce with -n1 and -n2 (one-rank groups)
 #  4b. the Python package: gpubind.init() against nvidia-smi, gpubind.torch with nccl (n=1) and
 #     gloo (n=2), gpubind.nccl_id() starting a real NCCL communicator (tests/gpu/python.sh)
@@ -451,13 +454,23 @@ sd_run() { # sd_run FILE ARGS...: one job, normalised
 	  grep -vE "$volatile" "$f.out" | sed -E 's/(dev0=[^ ]*).*/\1/'; } | LC_ALL=C sort >"$f"
 }
 sd_case() { # sd_case LABEL BOUND ARGS...: BOUND=1 for a GPU step the default binds
-	local label=$1 bound=$2 a=$work/sd-off b=$work/sd-on
+	# sd_extra: more plugstack arguments; sd_warn=1: the plugin fails, and the step must
+	# run as without it with exactly one "gpubind: warning:" line on stderr.
+	local label=$1 bound=$2 a=$work/sd-off b=$work/sd-on n
 	shift 2
 	echo "" >"$cfg/plugstack.conf"
 	sd_run "$a" "$@"
-	echo "$plug default=closest mode=enforce" >"$cfg/plugstack.conf"
+	local line="$plug default=closest mode=enforce ${sd_extra:-}"
+	# A launcher= in sd_extra replaces the one in $plug (a key may be given once).
+	[[ ${sd_extra:-} == *launcher=* ]] && line=${line/launcher=$work\/libexec\/gpubind-launcher /}
+	echo "$line" >"$cfg/plugstack.conf"
 	sd_run "$b" "$@"
 	echo "$plug" >"$cfg/plugstack.conf"
+	if ((${sd_warn:-0})); then
+		n=$(grep -c '^gpubind: warning: ' "$b")
+		((n == 1)) || fail "[$label] $n gpubind warnings on stderr, want 1"
+		grep -v '^gpubind: warning: ' "$b" >"$b.x"; mv "$b.x" "$b"
+	fi
 	if ((bound)); then
 		grep -q ' GPUBIND_PCI_BUS_IDS=' "$b" || fail "[$label] the default bound no task"
 		grep -vE "$bindvars" "$a" >"$a.x"; grep -vE "$bindvars" "$b" >"$b.x"; mv "$a.x" "$a"; mv "$b.x" "$b"
@@ -478,6 +491,57 @@ sd_case "user's --gpu-bind=map_gpu:0" 0 srun -n1 --gpus=1 --gpu-bind=map_gpu:0 s
 sd_case "user's --tres-bind=gres/gpu:map:0" 0 srun -n1 --gpus=1 --tres-bind=gres/gpu:map:0 sh -c "$dump"
 sd_case "--gpus-per-task=1" 0 srun -n1 --gpus-per-task=1 sh -c "$dump"
 sd_case "GPU step that asked for nothing" 1 srun -n1 --gpus=1 sh -c "$dump"
+# Issue 33: the jobs that fill GPU clusters, under cgroup v2 on a real GPU.
+# set_device(SLURM_LOCALID) (Megatron, NeMo, Lightning, DDP scripts): one task per GPU, each
+# calls cudaSetDevice(SLURM_LOCALID) and allocates there; with the default every task still
+# sees every step GPU (visible=localid), so each succeeds as it does without the plugin.
+cat >"$work/setdev.cu" <<'EOF'
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(void) {
+    const char *l = getenv("SLURM_LOCALID");
+    int dev = l ? atoi(l) : 0;
+    void *p = NULL;
+    cudaError_t e = cudaSetDevice(dev);
+    if (e == cudaSuccess) e = cudaMalloc(&p, 1 << 20);
+    if (e == cudaSuccess) e = cudaFree(p);
+    printf("SETDEV rank=%s device=%d %s\n", getenv("SLURM_PROCID"), dev, e == cudaSuccess ? "ok" : cudaGetErrorName(e));
+    return e != cudaSuccess;
+}
+EOF
+nvcc -O2 -o "$work/setdev" "$work/setdev.cu" || fail "nvcc setdev"
+chmod 755 "$work/setdev"
+sd_case "set_device(SLURM_LOCALID): $ngpu tasks, $ngpu GPUs" 1 srun -n"$ngpu" --gpus="$ngpu" sh -c "$dump; $work/setdev"
+echo "$plug default=closest mode=enforce" >"$cfg/plugstack.conf"
+srun -n"$ngpu" --gpus="$ngpu" "$work/setdev" >"$work/setdev.txt" 2>&1
+echo "$plug" >"$cfg/plugstack.conf"
+cat "$work/setdev.txt"
+check "set_device(SLURM_LOCALID) succeeds in all $ngpu tasks under the default" test "$(grep -c ' ok$' "$work/setdev.txt")" -eq "$ngpu"
+if python3 -c 'import torch' 2>/dev/null; then
+	cat >"$work/setdev.py" <<'EOF'
+import os, torch
+d = int(os.environ["SLURM_LOCALID"])
+torch.cuda.set_device(d)
+torch.ones(1, device="cuda")
+print("TORCH", os.environ["SLURM_PROCID"], d, "ok")
+EOF
+	sd_case "torch.cuda.set_device(SLURM_LOCALID): $ngpu tasks, $ngpu GPUs" 1 srun -n"$ngpu" --gpus="$ngpu" sh -c "$dump; python3 $work/setdev.py"
+else
+	echo "no torch for python3: the torch set_device case is not run"
+fi
+if ((ngpu > 1)); then
+	sd_case "1 task and all $ngpu GPUs (torchrun's shape): left alone" 0 srun -n1 --gpus="$ngpu" sh -c "$dump"
+fi
+sd_case "user's --gpu-bind=none" 0 srun -n1 --gpus=1 --gpu-bind=none sh -c "$dump"
+sd_case "user's --tres-bind=gres/gpu:none" 0 srun -n1 --gpus=1 --tres-bind=gres/gpu:none sh -c "$dump"
+# The plugin cannot plan: a CPU-only step is untouched; a GPU step runs as without the plugin
+# and its first task warns once (default_mode=optional, the default).
+sd_extra="launcher=$work/no-such-launcher" sd_case "launcher missing: CPU-only step" 0 srun -n2 sh -c "$dump"
+sd_extra="launcher=$work/no-such-launcher" sd_warn=1 sd_case "launcher missing: GPU step" 0 srun -n1 --gpus=1 sh -c "$dump"
+printf '#!/bin/sh\nexec sleep 60\n' >"$work/libexec/hang" && chmod 755 "$work/libexec/hang"
+sd_extra="launcher=$work/libexec/hang timeout=500" sd_warn=1 sd_case "launcher hanging: GPU step" 0 srun -n1 --gpus=1 sh -c "$dump"
+rm -f "$work/cache/launcher-failed"
 leftovers "after the default= checks"
 
 section "4. libgpuhelper under Slurm's PMIx, with ConstrainDevices"

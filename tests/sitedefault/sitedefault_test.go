@@ -27,6 +27,37 @@ import (
 const taskDump = `r=${SLURM_HET_JOB_ID:+het$SLURM_HET_JOB_OFFSET.}$SLURM_PROCID; env | LC_ALL=C sort | sed "s/^/E $r /"; ` +
 	`a=; for f in @DEV@/nvidia[0-9]*; do [ -r "$f" ] && [ -w "$f" ] && a="$a${a:+,}${f##*nvidia}"; done; echo "D $r ${a:--}"`
 
+// cudaOpen is a program each task runs to open a device by its CUDA ordinal as CUDA
+// would: CUDA_VISIBLE_DEVICES (unset: every device the task can open) lists the devices,
+// a number being a position among the devices the task can open in PCI order
+// (ConstrainDevices numbering; the fixture's minors are in PCI order), a GPU- UUID the
+// device with that UUID (@UUIDS@: "MINOR UUID" lines of the fixture); enumeration stops at
+// the first entry that names no device it can open, as CUDA's does. Usage:
+// cudaopen LABEL ORDINAL; it prints "O LABEL ORDINAL ok" or "O LABEL ORDINAL invalid".
+const cudaOpen = `#!/bin/sh
+allowed=
+for f in @DEV@/nvidia[0-9]*; do [ -r "$f" ] && [ -w "$f" ] && allowed="$allowed ${f##*nvidia}"; done
+allowed=$(for m in $allowed; do echo "$m"; done | sort -n | tr '\n' ' ')
+if [ "${CUDA_VISIBLE_DEVICES+set}" ]; then
+	list=
+	for e in $(echo "$CUDA_VISIBLE_DEVICES" | tr ',' ' '); do
+		m=
+		case $e in
+		GPU-*) m=$(awk -v u="$e" '$2 == u { print $1 }' @UUIDS@)
+			case " $allowed " in *" $m "*) ;; *) m= ;; esac ;;
+		*[!0-9]*) ;;
+		*) m=$(echo $allowed | tr ' ' '\n' | sed -n "$((e + 1))p") ;;
+		esac
+		[ -n "$m" ] || break
+		list="$list $m"
+	done
+else
+	list=$allowed
+fi
+m=$(echo $list | tr ' ' '\n' | sed -n "$(($2 + 1))p")
+if [ -n "$m" ]; then echo "O $1 $2 ok"; else echo "O $1 $2 invalid"; fi
+`
+
 // The variables the plugin may set in a task it binds (docs/users.md "What each task gets").
 var bindVars = regexp.MustCompile(`^(CUDA_VISIBLE_DEVICES|CUDA_DEVICE_ORDER|GPUBIND_[A-Z_]+)$`)
 
@@ -42,6 +73,11 @@ type job struct {
 	bound bool
 	// minVersion: the Slurm major.minor that has the syntax ("" any).
 	minVersion string
+	// plugstack: arguments added to the plugin's line (a launcher that cannot plan).
+	plugstack string
+	// failed: the plugin itself fails on this GPU step (launcher missing, untrusted,
+	// hanging): the step runs as without the plugin, and its first task is told once.
+	failed bool
 }
 
 func TestSiteDefault(t *testing.T) {
@@ -63,6 +99,24 @@ func TestSiteDefault(t *testing.T) {
 		"root=" + filepath.Join(testbuild.RepoRoot(), "tests/fixtures/dgxh100-2cpu"), "source=sysfs",
 		"cache_dir=" + cache, "default=closest", "mode=enforce"}, " ")
 	// Two nodes: the components of a heterogeneous job do not share one here.
+	// Launchers that cannot plan: none at the path, one that others may write, one
+	// that hangs.
+	broken := filepath.Join(dir, "broken")
+	if err := os.Mkdir(broken, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hang := filepath.Join(broken, "hang")
+	untrusted := filepath.Join(broken, "untrusted")
+	if err := os.WriteFile(hang, []byte("#!/bin/sh\nexec sleep 60\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(untrusted, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(untrusted, 0o775); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(broken, "missing")
 	c := cluster.StartT(t, cluster.Config{Nodes: 2, CPUs: 8, TaskPlugin: "task/cgroup,task/affinity",
 		Proctrack: "proctrack/cgroup", ConstrainDevices: true, GPUs: 8,
 		// Heterogeneous jobs are scheduled by the backfill scheduler only: every second here.
@@ -71,6 +125,24 @@ func TestSiteDefault(t *testing.T) {
 	dump := shQuote(strings.ReplaceAll(taskDump, "@DEV@", c.DevDir))
 	srun := c.Bin("srun")
 	step := func(args ...string) string { return srun + " " + strings.Join(args, " ") + " sh -c " + dump }
+	cuda := writeCudaOpen(t, dir, c.DevDir)
+	// A task opening its SLURM_LOCALID's device (Megatron, NeMo, Lightning), device 0, or
+	// forking 8 children that each open their LOCAL_RANK's (torchrun).
+	openLocalID := "@DUMP@; " + cuda + " $SLURM_PROCID $SLURM_LOCALID"
+	open0 := "@DUMP@; " + cuda + " $SLURM_PROCID 0"
+	torchrun := "@DUMP@; for i in 0 1 2 3 4 5 6 7; do LOCAL_RANK=$i sh -c '" + cuda + " $SLURM_PROCID.$LOCAL_RANK $LOCAL_RANK' & done; wait"
+	gpuSteps := func(name, args string) []job {
+		var out []job
+		for _, s := range []struct{ name, argv string }{
+			{"cpu-only step", "srun -n2 sh -c @DUMP@"},
+			{"--gres=none", "srun -n2 --gres=none sh -c @DUMP@"},
+			{"GPU step", "srun -n2 --gpus=2 sh -c @DUMP@"},
+		} {
+			out = append(out, job{name: name + ", " + s.name, argv: strings.Fields(s.argv), plugstack: args,
+				failed: s.name == "GPU step"})
+		}
+		return out
+	}
 
 	jobs := []job{
 		{name: "cpu-only step", argv: []string{"srun", "-n2", "sh", "-c", "@DUMP@"}},
@@ -102,7 +174,26 @@ func TestSiteDefault(t *testing.T) {
 		{name: "--gpus-per-task", argv: []string{"srun", "-n2", "--gpus-per-task=1", "sh", "-c", "@DUMP@"}},
 		// A GPU step that asked for nothing: the default binds it.
 		{name: "GPU step bound by the default", bound: true, argv: []string{"srun", "-n2", "--gpus=2", "sh", "-c", "@DUMP@"}},
+		// Issue 33: the jobs that fill GPU clusters. A task driving several GPUs, and
+		// set_device(LOCAL_RANK) programs, see what they see without the plugin. (8 tasks
+		// on one node run with --cpu-bind=none: task/affinity cannot lay 8 bound tasks
+		// out on the 8 CPUs slurm.conf declares where the host has fewer.)
+		{name: "1 task and 4 GPUs", argv: []string{"srun", "-n1", "--gpus=4", "sh", "-c", "@DUMP@; " + cuda + " 0 3"}},
+		{name: "torchrun: 1 task per node on 2 nodes with 8 GPUs each", argv: []string{"srun", "-N2", "--ntasks-per-node=1",
+			"--gpus-per-node=8", "sh", "-c", torchrun}},
+		{name: "8 tasks and 8 GPUs opening device SLURM_LOCALID", bound: true, argv: []string{"srun", "-N1", "-n8", "--gpus=8", "--cpu-bind=none",
+			"sh", "-c", openLocalID}},
+		{name: "control: 8 tasks and 8 GPUs opening device 0", bound: true, argv: []string{"srun", "-N1", "-n8", "--gpus=8", "--cpu-bind=none",
+			"sh", "-c", open0}},
+		{name: "2 tasks and 8 GPUs", argv: []string{"srun", "-N1", "-n2", "--gpus=8", "sh", "-c", "@DUMP@; " + cuda + " $SLURM_PROCID 3"}},
+		{name: "--gpu-bind=none", argv: []string{"srun", "-n2", "--gpus=2", "--gpu-bind=none", "sh", "-c", "@DUMP@"}},
+		{name: "--gpu-bind=none inside sbatch", argv: []string{"sbatch", "--wait", "-n2", "--gpus=2", "--gpu-bind=none", "-o", "@OUT@", "--wrap", step("-n2")}},
+		{name: "--tres-bind=gres/gpu:none", minVersion: "24.11", argv: []string{"srun", "-n2", "--gpus=2", "--tres-bind=gres/gpu:none", "sh", "-c", "@DUMP@"}},
+		{name: "--ntasks-per-gpu=1", argv: []string{"srun", "-n2", "--ntasks-per-gpu=1", "sh", "-c", "@DUMP@"}},
 	}
+	jobs = append(jobs, gpuSteps("launcher missing", "launcher="+missing)...)
+	jobs = append(jobs, gpuSteps("launcher untrusted", "launcher="+untrusted)...)
+	jobs = append(jobs, gpuSteps("launcher hanging", "launcher="+hang+" timeout=500")...)
 	for _, j := range jobs {
 		t.Run(j.name, func(t *testing.T) {
 			if j.minVersion != "" && versionLess(version, j.minVersion) {
@@ -110,7 +201,7 @@ func TestSiteDefault(t *testing.T) {
 			}
 			setPlugStack(t, c, "")
 			off := runJob(t, c, j, dump)
-			setPlugStack(t, c, on)
+			setPlugStack(t, c, strings.TrimSpace(on+" "+j.plugstack))
 			with := runJob(t, c, j, dump)
 			compare(t, j, off, with, version)
 		})
@@ -237,7 +328,17 @@ func compare(t *testing.T, j job, off, with result, version string) {
 	if off.status != with.status {
 		t.Errorf("exit status %q with default=closest, %q without the plugin (Slurm %s)", with.status, off.status, version)
 	}
-	if d := diff(off.stderr, with.stderr); d != "" {
+	errA, errB := off.stderr, with.stderr
+	if j.failed {
+		// One warning, on the first task's stderr, that the plugin failed and the
+		// step runs as Slurm set it up.
+		var n int
+		errB, n = dropPluginWarnings(errB)
+		if n != 1 {
+			t.Errorf("%d gpubind warnings on stderr where the plugin failed, want 1 (Slurm %s):\n%s", n, version, strings.Join(with.stderr, "\n"))
+		}
+	}
+	if d := diff(errA, errB); d != "" {
 		t.Errorf("stderr differs (Slurm %s):\n%s", version, d)
 	}
 	a, b := off.lines, with.lines
@@ -260,6 +361,55 @@ func compare(t *testing.T, j job, off, with result, version string) {
 		t.Logf("argv: %q\nwithout the plugin: %s\n%s\nwith default=closest: %s\n%s", j.argv,
 			off.status, strings.Join(off.stderr, "\n"), with.status, strings.Join(with.stderr, "\n"))
 	}
+}
+
+func dropPluginWarnings(lines []string) (out []string, n int) {
+	for _, l := range lines {
+		if strings.HasPrefix(l, "gpubind: warning: ") {
+			n++
+			continue
+		}
+		out = append(out, l)
+	}
+	return out, n
+}
+
+// writeCudaOpen writes cudaOpen for the cluster's fake GPUs (the fixture's UUIDs by minor)
+// and returns its path.
+func writeCudaOpen(t *testing.T, dir, devDir string) string {
+	t.Helper()
+	infos, err := filepath.Glob(filepath.Join(testbuild.RepoRoot(), "tests/fixtures/dgxh100-2cpu/proc/driver/nvidia/gpus/*/information"))
+	if err != nil || len(infos) == 0 {
+		t.Fatalf("fixture GPUs: %v", err)
+	}
+	var uuids strings.Builder
+	for _, f := range infos {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var minor, uuid string
+		for _, l := range strings.Split(string(b), "\n") {
+			k, v, _ := strings.Cut(l, ":")
+			switch strings.TrimSpace(k) {
+			case "Device Minor":
+				minor = strings.TrimSpace(v)
+			case "GPU UUID":
+				uuid = strings.TrimSpace(v)
+			}
+		}
+		fmt.Fprintf(&uuids, "%s %s\n", minor, uuid)
+	}
+	up := filepath.Join(dir, "uuids")
+	if err := os.WriteFile(up, []byte(uuids.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "cudaopen")
+	script := strings.NewReplacer("@DEV@", devDir, "@UUIDS@", up).Replace(cudaOpen)
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func dropBindVars(lines []string) []string {

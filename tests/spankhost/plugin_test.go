@@ -155,13 +155,22 @@ func TestPrecedenceAndOff(t *testing.T) {
 		want  string // option= in the request; "" = no child at all
 	}{
 		{"absent, no default", nil, nil, ""},
-		{"absent, default", nil, []string{"default=spread,verbose"}, "spread,verbose"},
+		// Issue 33: a binding from default= alone never shrinks what a task sees: every
+		// task keeps every step GPU, its own at entry SLURM_LOCALID.
+		{"absent, default", nil, []string{"default=spread,verbose"}, "spread,verbose,visible=localid"},
+		{"default naming visible=", nil, []string{"default=spread,visible=first"}, "spread,visible=first"},
+		// ... and where the tasks take fewer GPUs than the step has, or Slurm gave the
+		// step none here, no launcher runs at all.
+		{"default, fewer tasks than GPUs", []string{"-e", "SLURM_STEP_GPUS=0,1,2,3"}, []string{"default=closest"}, ""},
+		{"default, an empty SLURM_STEP_GPUS", []string{"-e", "SLURM_STEP_GPUS="}, []string{"default=closest"}, ""},
+		{"default, the user's --gpu-bind=none", []string{"-e", "SLURM_TRES_BIND=gres/gpu:none"}, []string{"default=closest"}, ""},
+		{"env, fewer tasks than GPUs: as asked", []string{"-e", "SLURM_STEP_GPUS=0,1,2,3", "-e", "SLURM_GPU_BIND_TOPO=spread"}, []string{"default=closest"}, "spread"},
 		{"bare", []string{"-o", "-"}, []string{"default=spread"}, "closest"},
 		{"user beats env and default", []string{"-o", "pack", "-e", "SLURM_GPU_BIND_TOPO=spread"}, []string{"default=single:2"}, "pack"},
 		{"env beats default", []string{"-e", "SLURM_GPU_BIND_TOPO=spread"}, []string{"default=pack"}, "spread"},
 		// Issue 23: off means "as if I asked nothing"; with cpus=force that is the default
 		// with what the admin forces, so off cannot bypass force.
-		{"user off under cpus=force: the default", []string{"-o", "off"}, []string{"default=closest"}, "closest"},
+		{"user off under cpus=force: the default", []string{"-o", "off"}, []string{"default=closest"}, "closest,visible=localid"},
 		{"user off, no default", []string{"-o", "off"}, nil, ""},
 		{"default off", nil, []string{"default=off"}, ""},
 		{"batch step", []string{"-s", "4294967291", "-o", "closest"}, nil, ""},
@@ -195,9 +204,16 @@ func TestPrecedenceAndOff(t *testing.T) {
 			if req["option"] != c.want {
 				t.Errorf("option=%q, want %q", req["option"], c.want)
 			}
+			// A job-wide option that gives the tasks fewer GPUs than the step has: said
+			// once, by global task 0.
+			if cut := "from the job (SLURM_GPU_BIND_TOPO) gives this step's 2 tasks 2 of its 4 GPUs"; strings.Contains(c.name, "fewer tasks") &&
+				strings.Count(r.stderr, cut) != 1 {
+				t.Errorf("want one warning %q:\n%s", cut, r.stderr)
+			}
 			for k, v := range map[string]string{"force": "cpus", "never": "isolate", "local_tasks": "2", "global_ids": "0,1",
 				"env.SLURM_STEP_GPUS": "0,1", "mode": "enforce", "uid": itoa(0)} {
-				if os.Geteuid() != 0 && k == "uid" {
+				if os.Geteuid() != 0 && k == "uid" ||
+					k == "env.SLURM_STEP_GPUS" && strings.Contains(strings.Join(c.flags, " "), "SLURM_STEP_GPUS=") {
 					continue
 				}
 				if req[k] != v {
