@@ -10,7 +10,7 @@
                                                per pass
 
 A test id is pytest's node id (tests/test_116_1.py::test_x[param]). Its outcome is passed,
-failed, error (in setup), or skipped, with "+teardown-error" when its teardown failed too
+failed, error (in setup), skipped or xfailed, with "+teardown-error" when its teardown failed too
 (pytest writes a second testcase element for a test whose call and teardown both failed:
 the two are merged here).
 """
@@ -46,7 +46,9 @@ def outcomes(xml_file):
         for child in case:
             m = child.get("message", "")
             if child.tag == "skipped":
-                base, msg = "skipped", m
+                # An expected failure (pytest.mark.xfail) is written as a skip.
+                base = "xfailed" if child.get("type") == "pytest.xfail" else "skipped"
+                msg = m
             elif child.tag == "failure":
                 base, msg = "failed", m
             elif child.tag == "error":
