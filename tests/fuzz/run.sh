@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Build the libFuzzer targets of the C parsers that read input slurmstepd did not write
+# (tests/fuzz/fuzz_*.c; docs/security.md) with clang, ASan and UBSan, and run each for
+# FUZZTIME seconds from its seed corpus (tests/fuzz/corpus/TARGET). A crash, a sanitizer
+# report or a leak fails the run; the input that caused it is left in BUILD/fuzz/.
+#
+#   tests/fuzz/run.sh [TARGET...]     FUZZTIME=15 (seconds each) BUILD=build
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=${BUILD:-$root/build}
+case $build in /*) ;; *) build=$root/$build ;; esac
+out=$build/fuzz
+fuzztime=${FUZZTIME:-15}
+cc=${FUZZ_CC:-$(command -v clang-14 || command -v clang || true)}
+if [[ -z $cc ]]; then
+	echo "fuzz: no clang (make deps installs clang-14 and libclang-rt-14-dev)" >&2
+	exit 1
+fi
+fe=$root/spank/frontend rule=$root/rule
+slurm_inc=${SLURM_PREFIX:+-I$SLURM_PREFIX/include}
+flags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+	-fno-omit-frame-pointer -D_GNU_SOURCE -std=gnu11 -Wall -Werror -I"$fe" -I"$rule" $slurm_inc)
+declare -A srcs=(
+	[table]="$rule/table.c $rule/fabric.c"
+	[binds]="$rule/table.c $rule/fabric.c"
+	[plancache]="$fe/plancache.c $rule/table.c $rule/fabric.c $root/tests/fuzz/stubs.c"
+	[args]="$fe/args.c $rule/table.c $rule/fabric.c $root/tests/fuzz/stubs.c"
+)
+targets=("$@")
+[[ ${#targets[@]} -gt 0 ]] || targets=(table binds plancache args)
+mkdir -p "$out"
+rc=0
+for t in "${targets[@]}"; do
+	[[ -n ${srcs[$t]:-} ]] || { echo "fuzz: no target $t" >&2; exit 2; }
+	# shellcheck disable=SC2086
+	"$cc" "${flags[@]}" -o "$out/fuzz_$t" "$root/tests/fuzz/fuzz_$t.c" ${srcs[$t]}
+	corpus=$out/corpus-$t
+	mkdir -p "$corpus"
+	cp -n "$root/tests/fuzz/corpus/$t"/* "$corpus/" 2>/dev/null || true
+	echo "fuzz: $t for ${fuzztime}s"
+	if ! (cd "$out" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		./fuzz_$t -max_total_time="$fuzztime" -timeout=10 -rss_limit_mb=2048 \
+		-print_final_stats=1 "$corpus" >"$out/fuzz_$t.log" 2>&1); then
+		echo "fuzz: $t FAILED; its log: $out/fuzz_$t.log" >&2
+		grep -E "ERROR|runtime error|SUMMARY|Test unit written" "$out/fuzz_$t.log" >&2 || tail -20 "$out/fuzz_$t.log" >&2
+		rc=1
+	else
+		echo "fuzz: $t clean: $(grep -E '^stat::number_of_executed_units' "$out/fuzz_$t.log" | awk '{print $2}') runs, $(ls "$corpus" | wc -l) inputs in the corpus"
+	fi
+done
+exit $rc
