@@ -76,7 +76,7 @@ func TestGraceNUMA(t *testing.T) {
 				}
 				var got []string
 				for _, r := range rs {
-					got = append(got, r.CPUs)
+					got = append(got, r.CPUs.String())
 				}
 				if !slices.Equal(got, c.wantCPUs) {
 					t.Errorf("%s: task CPUs %q, want %q", topo.Backends, got, c.wantCPUs)

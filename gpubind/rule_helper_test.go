@@ -34,7 +34,7 @@ func applyRule(t testing.TB, tab *gpubind.Table, tasks int, taskCPUs string) []r
 	for L := 0; L < tasks; L++ {
 		k := rule.Task{Local: L, Rank: L}
 		if L < len(own) {
-			k.BindType, k.BindList, k.Own = "mask_cpu:", strings.Join(list, ","), own[L].String()
+			k.BindType, k.BindList, k.Own = "mask_cpu:", strings.Join(list, ","), own[L]
 		}
 		r, err := rt.Apply(k)
 		if err != nil {

@@ -66,9 +66,9 @@ type Origin struct {
 	Version int    // that file's ncclGetVersion(), e.g. 22803 for 2.28.3; 0 if unknown
 }
 
-// VersionString formats an NCCL version code: 22803 is 2.28.3 (NCCL >= 2.9 multiplies the
+// versionString formats an NCCL version code: 22803 is 2.28.3 (NCCL >= 2.9 multiplies the
 // major by 10000, older ones by 1000: 2804 is 2.8.4); "unknown" for 0.
-func VersionString(v int) string {
+func versionString(v int) string {
 	switch {
 	case v <= 0:
 		return "unknown"
@@ -86,7 +86,7 @@ func (o Origin) String() string {
 	if o.Version == 0 {
 		return fmt.Sprintf("NCCL of unknown version in %s", lib)
 	}
-	return fmt.Sprintf("NCCL %s (%d) in %s", VersionString(o.Version), o.Version, lib)
+	return fmt.Sprintf("NCCL %s (%d) in %s", versionString(o.Version), o.Version, lib)
 }
 
 // Describe returns the Origin of fn, an ncclGetUniqueId: the loaded file that holds it and

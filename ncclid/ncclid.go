@@ -51,11 +51,11 @@ func DefaultRoots(size int) int {
 	return (size + RanksPerRoot - 1) / RanksPerRoot
 }
 
-// RootRanks returns the ranks that create the n IDs of a scalable init over size ranks: where
+// rootRanks returns the ranks that create the n IDs of a scalable init over size ranks: where
 // NCCL's documented rankHasRoot puts them. NCCL splits the ranks into n blocks, the first
 // size%n of them one rank longer; each block's first rank is its root. So root i is
 // i*(size/n) + min(i, size%n): 7 ranks and 3 IDs give 0, 3, 5; 300 and 3 give 0, 100, 200.
-func RootRanks(size, n int) ([]int, error) {
+func rootRanks(size, n int) ([]int, error) {
 	if size < 1 {
 		return nil, fmt.Errorf("ncclid: job size %d, expected at least 1", size)
 	}
@@ -251,14 +251,14 @@ func (e *Exchanger) WorldOrigin() (ID, Origin, error) {
 	return ids[0], origins[0], nil
 }
 
-// Scalable returns n IDs for ncclCommInitRankScalable, created by the ranks RootRanks names;
+// Scalable returns n IDs for ncclCommInitRankScalable, created by the ranks rootRanks names;
 // n <= 0 means DefaultRoots(size).
 func (e *Exchanger) Scalable(n int) ([]ID, error) {
 	in := e.KV.Info()
 	if n <= 0 {
 		n = DefaultRoots(in.Size)
 	}
-	roots, err := RootRanks(in.Size, n)
+	roots, err := rootRanks(in.Size, n)
 	if err != nil {
 		return nil, err
 	}

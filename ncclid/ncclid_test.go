@@ -24,9 +24,9 @@ func TestRootRanks(t *testing.T) {
 		{300, 3, "[0 100 200]"}, {7, 3, "[0 3 5]"}, {1, 1, "[0]"}, {16, 16, "[0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]"},
 		{10, 4, "[0 3 6 8]"}, {257, 3, "[0 86 172]"},
 	} {
-		got, err := RootRanks(c.size, c.n)
+		got, err := rootRanks(c.size, c.n)
 		if err != nil || fmt.Sprint(got) != c.want {
-			t.Errorf("RootRanks(%d, %d) = %v, %v; want %s", c.size, c.n, got, err, c.want)
+			t.Errorf("rootRanks(%d, %d) = %v, %v; want %s", c.size, c.n, got, err, c.want)
 		}
 		// Cross-check against NCCL's documented rankHasRoot.
 		var ref []int
@@ -36,12 +36,12 @@ func TestRootRanks(t *testing.T) {
 			}
 		}
 		if fmt.Sprint(ref) != fmt.Sprint(got) {
-			t.Errorf("size %d n %d: rankHasRoot gives %v, RootRanks %v", c.size, c.n, ref, got)
+			t.Errorf("size %d n %d: rankHasRoot gives %v, rootRanks %v", c.size, c.n, ref, got)
 		}
 	}
 	for _, c := range [][2]int{{0, 1}, {4, 0}, {4, 5}} {
-		if _, err := RootRanks(c[0], c[1]); err == nil {
-			t.Errorf("RootRanks(%d, %d) accepted", c[0], c[1])
+		if _, err := rootRanks(c[0], c[1]); err == nil {
+			t.Errorf("rootRanks(%d, %d) accepted", c[0], c[1])
 		}
 	}
 	for size, want := range map[int]int{1: 1, 128: 1, 129: 2, 300: 3, 1024: 8} {
@@ -423,8 +423,8 @@ func TestLibWithStub(t *testing.T) {
 
 func TestVersionString(t *testing.T) {
 	for v, want := range map[int]string{22803: "2.28.3", 21805: "2.18.5", 2804: "2.8.4", 0: "unknown"} {
-		if got := VersionString(v); got != want {
-			t.Errorf("VersionString(%d) = %s, want %s", v, got, want)
+		if got := versionString(v); got != want {
+			t.Errorf("versionString(%d) = %s, want %s", v, got, want)
 		}
 	}
 }

@@ -62,16 +62,16 @@ func status(op string, rc C.int) error {
 	}
 	se := &StatusError{Op: op, Code: int(rc)}
 	if rc == C.pk_err_proc_aborted() {
-		if r, why, ok := DeadPeer(); ok {
+		if r, why, ok := deadPeer(); ok {
 			return fmt.Errorf("%w: rank %d of the job ended (%s) while this rank waited: %w", se, r, why, ErrPeerDied)
 		}
 	}
 	return se
 }
 
-// DeadPeer says which other process of the job ended abnormally, as a PMIx event reported it
+// deadPeer says which other process of the job ended abnormally, as a PMIx event reported it
 // (the first one), if any did.
-func DeadPeer() (rank int, why string, ok bool) {
+func deadPeer() (rank int, why string, ok bool) {
 	var buf [128]C.char
 	var st C.int
 	r := C.pk_dead(&st, &buf[0], C.size_t(len(buf)))
@@ -80,10 +80,6 @@ func DeadPeer() (rank int, why string, ok bool) {
 	}
 	return int(r), C.GoString(&buf[0]), true
 }
-
-// NewClient initialises PMIx (once per process) and reads the job facts. Without a server the
-// error matches ErrNoServer.
-func NewClient() (*Client, error) { return newClient(nil) }
 
 // Session is a PMIx session opened in C (pk_open, pmix_client.h) before Go ran: a *struct
 // pk_session, owned by the caller. libgpuhelper opens it in its exported entry point, so that
@@ -168,10 +164,10 @@ func sessionInfo(s *C.struct_pk_session) (Info, error) {
 	f.Hostname = str("pmix.hname", s.hostname_rc, s.hostname)
 	f.LocalPeers = str("pmix.lpeers", s.lpeers_rc, s.lpeers)
 	f.NodeList = str("pmix.nlist", s.nlist_rc, s.nlist)
-	return FactsInfo(f)
+	return factsInfo(f)
 }
 
-// FactsInfo turns the server's facts into an Info, deriving what it did not give where the
+// factsInfo turns the server's facts into an Info, deriving what it did not give where the
 // other facts determine it:
 //   - the local size: the number of local peers (PMIX_LOCAL_PEERS);
 //   - the local rank: this rank's place among the local peers;
@@ -180,7 +176,7 @@ func sessionInfo(s *C.struct_pk_session) (Info, error) {
 //     proc's host name (PMIX_HOSTNAME), which are preferred anyway (see below).
 //
 // The job size is required. A fact that can be derived neither way is an error naming it.
-func FactsInfo(f Facts) (Info, error) {
+func factsInfo(f Facts) (Info, error) {
 	in := Info{Namespace: f.Namespace, Rank: f.Rank, Source: "pmix"}
 	missing := func(key, what string) error {
 		return fmt.Errorf("pmixkv: the PMIx server gave no %s (%v), and it cannot be derived %s", key, f.Errs[key], what)
@@ -203,7 +199,7 @@ func FactsInfo(f Facts) (Info, error) {
 	// in that list is a dense index in the launcher's order.
 	listed := false
 	if f.NodeList != nil && in.Hostname != "" {
-		if idx, n, ok := NodeIndex(*f.NodeList, in.Hostname); ok {
+		if idx, n, ok := nodeIndex(*f.NodeList, in.Hostname); ok {
 			in.NodeID, in.NumNodes, listed = idx, n, true
 		}
 	}
@@ -316,7 +312,7 @@ func (c *Client) check() error {
 
 // Put stages value under key (global scope).
 func (c *Client) Put(key string, value []byte) error {
-	if err := ValidKey(key); err != nil {
+	if err := validKey(key); err != nil {
 		return err
 	}
 	if err := c.check(); err != nil {
@@ -364,7 +360,7 @@ func (c *Client) Fence(collect bool, timeout time.Duration) error {
 // retries those with a short backoff until its own timeout has passed, then returns an error
 // matching ErrTimeout.
 func (c *Client) Get(rank int, key string, timeout time.Duration) ([]byte, error) {
-	if err := ValidKey(key); err != nil {
+	if err := validKey(key); err != nil {
 		return nil, err
 	}
 	if rank < 0 || rank >= c.info.Size {

@@ -41,7 +41,7 @@ func child(mode string) (string, error) {
 	}
 	defer kv.Close()
 	// A second, nested client shares the same PMIx initialisation (reference count).
-	kv2, err := NewClient()
+	kv2, err := newClient(nil)
 	if err != nil {
 		return "", fmt.Errorf("second client: %w", err)
 	}

@@ -112,7 +112,7 @@ func (m *Mem) Info() Info { return m.info }
 
 // Put stages a value.
 func (m *Mem) Put(key string, value []byte) error {
-	if err := ValidKey(key); err != nil {
+	if err := validKey(key); err != nil {
 		return err
 	}
 	j := m.job
@@ -158,7 +158,7 @@ func (m *Mem) Fence(collect bool, timeout time.Duration) error {
 
 // Get waits up to timeout for rank's committed key (timeout <= 0: do not wait).
 func (m *Mem) Get(rank int, key string, timeout time.Duration) ([]byte, error) {
-	if err := ValidKey(key); err != nil {
+	if err := validKey(key); err != nil {
 		return nil, err
 	}
 	j := m.job

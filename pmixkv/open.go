@@ -34,7 +34,7 @@ func Open(opts Options) (KV, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	info, err := EnvInfo(getenv)
+	info, err := envInfo(getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -52,10 +52,10 @@ func Open(opts Options) (KV, error) {
 	return m, nil
 }
 
-// EnvInfo reads a process's place from launcher variables: Slurm's SLURM_PROCID, SLURM_NTASKS,
+// envInfo reads a process's place from launcher variables: Slurm's SLURM_PROCID, SLURM_NTASKS,
 // SLURM_LOCALID, SLURM_NODEID (inside a step, i.e. with SLURM_STEP_ID set), else Open MPI's
 // OMPI_COMM_WORLD_*; with neither, a singleton (rank 0 of 1).
-func EnvInfo(getenv func(string) string) (Info, error) {
+func envInfo(getenv func(string) string) (Info, error) {
 	host, _ := os.Hostname()
 	type spec struct {
 		source                              string

@@ -43,6 +43,13 @@ type KV interface {
 	Close() error
 }
 
+// Both stores are KVs, and the PMIx client can abort the job: checked when compiling.
+var (
+	_ KV      = (*Client)(nil)
+	_ KV      = (*Mem)(nil)
+	_ Aborter = (*Client)(nil)
+)
+
 // Aborter is a KV that can end the whole job (Client: PMIx_Abort).
 type Aborter interface {
 	Abort(code int, msg string) error
@@ -62,12 +69,12 @@ var (
 	ErrPeerDied = errors.New("another process of the job ended")
 )
 
-// NodeIndex finds host in nodeList, a job's comma-separated node list (PMIX_NODE_LIST), and
+// nodeIndex finds host in nodeList, a job's comma-separated node list (PMIX_NODE_LIST), and
 // returns its position and the number of nodes: a dense node index in the launcher's order,
 // where launchers that number nodes from a pool (ORTE, PRRTE: 0 is mpirun's node even when it
 // runs no rank) give sparse PMIX_NODEIDs such as {1, 2}. ok is false unless host is in the list
 // exactly once.
-func NodeIndex(nodeList, host string) (index, count int, ok bool) {
+func nodeIndex(nodeList, host string) (index, count int, ok bool) {
 	index = -1
 	for _, n := range strings.Split(nodeList, ",") {
 		n = strings.TrimSpace(n)
@@ -85,10 +92,10 @@ func NodeIndex(nodeList, host string) (index, count int, ok bool) {
 	return index, count, index >= 0
 }
 
-// ValidKey reports whether key may be used with Put/Get: non-empty, printable ASCII without
+// validKey reports whether key may be used with Put/Get: non-empty, printable ASCII without
 // spaces, at most 500 bytes (PMIX_MAX_KEYLEN is 511), and not starting with "pmix", which PMIx
 // reserves.
-func ValidKey(key string) error {
+func validKey(key string) error {
 	if key == "" {
 		return errors.New("pmixkv: empty key")
 	}

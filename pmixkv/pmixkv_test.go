@@ -11,13 +11,13 @@ import (
 
 func TestValidKey(t *testing.T) {
 	for _, k := range []string{"gpubind.ncclid.1", "a", "x-y_z.0"} {
-		if err := ValidKey(k); err != nil {
-			t.Errorf("ValidKey(%q) = %v, want nil", k, err)
+		if err := validKey(k); err != nil {
+			t.Errorf("validKey(%q) = %v, want nil", k, err)
 		}
 	}
 	for _, k := range []string{"", "pmix.foo", "PMIX_x", "a b", "ü", strings.Repeat("k", 501)} {
-		if err := ValidKey(k); err == nil {
-			t.Errorf("ValidKey(%q) = nil, want error", k)
+		if err := validKey(k); err == nil {
+			t.Errorf("validKey(%q) = nil, want error", k)
 		}
 	}
 }
@@ -43,22 +43,22 @@ func TestParseRanks(t *testing.T) {
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
 func TestEnvInfo(t *testing.T) {
-	in, err := EnvInfo(env(nil))
+	in, err := envInfo(env(nil))
 	if err != nil || in.Source != "singleton" || in.Size != 1 || in.Rank != 0 {
 		t.Fatalf("empty env: %+v, %v", in, err)
 	}
-	in, err = EnvInfo(env(map[string]string{"SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}))
+	in, err = envInfo(env(map[string]string{"SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}))
 	if err != nil || in.Source != "slurm-env" || in.Size != 1 || in.LocalSize != 1 {
 		t.Fatalf("slurm size 1: %+v, %v", in, err)
 	}
-	in, err = EnvInfo(env(map[string]string{"SLURM_STEP_ID": "0", "SLURM_PROCID": "2", "SLURM_NTASKS": "4"}))
+	in, err = envInfo(env(map[string]string{"SLURM_STEP_ID": "0", "SLURM_PROCID": "2", "SLURM_NTASKS": "4"}))
 	if err != nil || in.Size != 4 || in.Rank != 2 {
 		t.Fatalf("slurm size 4: %+v, %v", in, err)
 	}
-	if _, err := EnvInfo(env(map[string]string{"SLURM_STEP_ID": "0", "SLURM_PROCID": "x", "SLURM_NTASKS": "4"})); err == nil || !strings.Contains(err.Error(), "SLURM_PROCID") {
+	if _, err := envInfo(env(map[string]string{"SLURM_STEP_ID": "0", "SLURM_PROCID": "x", "SLURM_NTASKS": "4"})); err == nil || !strings.Contains(err.Error(), "SLURM_PROCID") {
 		t.Fatalf("bad SLURM_PROCID: %v", err)
 	}
-	in, err = EnvInfo(env(map[string]string{"OMPI_COMM_WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "0"}))
+	in, err = envInfo(env(map[string]string{"OMPI_COMM_WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "0"}))
 	if err != nil || in.Source != "ompi-env" || in.Size != 1 {
 		t.Fatalf("ompi: %+v, %v", in, err)
 	}
@@ -140,7 +140,7 @@ func TestNodeIndex(t *testing.T) {
 		{"a,a", "a", 0, 0, false},
 		{"", "a", 0, 0, false},
 	} {
-		idx, n, ok := NodeIndex(c.list, c.host)
+		idx, n, ok := nodeIndex(c.list, c.host)
 		if ok != c.ok || (ok && (idx != c.idx || n != c.n)) {
 			t.Errorf("NodeIndex(%q, %q) = %d, %d, %v; want %d, %d, %v", c.list, c.host, idx, n, ok, c.idx, c.n, c.ok)
 		}
@@ -154,26 +154,26 @@ func TestFactsInfoDerives(t *testing.T) {
 	s := func(v string) *string { return &v }
 	full := Facts{Namespace: "ns", Rank: 3, Size: n(4), LocalSize: n(2), NumNodes: n(2), LocalRank: n(1), NodeID: n(7),
 		Hostname: s("b"), LocalPeers: s("2,3"), NodeList: s("a,b")}
-	want, err := FactsInfo(full)
+	want, err := factsInfo(full)
 	if err != nil || want.NodeID != 1 || want.NumNodes != 2 || want.LocalRank != 1 || want.LocalSize != 2 {
 		t.Fatalf("full facts: %+v, %v", want, err)
 	}
 	lacking := full
 	lacking.LocalSize, lacking.LocalRank, lacking.NodeID, lacking.NumNodes = nil, nil, nil, nil
-	if got, err := FactsInfo(lacking); err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+	if got, err := factsInfo(lacking); err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("without local size, local rank, node id, node count: %+v, %v; want %+v", got, err, want)
 	}
 	// One node, no peer list: every rank is local.
 	one := Facts{Namespace: "ns", Rank: 2, Size: n(3), NumNodes: n(1), Errs: map[string]error{}}
-	if got, err := FactsInfo(one); err != nil || got.LocalRank != 2 || got.LocalSize != 3 || got.NodeID != 0 || fmt.Sprint(got.LocalPeers) != "[0 1 2]" {
+	if got, err := factsInfo(one); err != nil || got.LocalRank != 2 || got.LocalSize != 3 || got.NodeID != 0 || fmt.Sprint(got.LocalPeers) != "[0 1 2]" {
 		t.Errorf("one node without peers: %+v, %v", got, err)
 	}
 	// Two nodes, no peer list and no local rank: cannot be derived.
 	two := Facts{Namespace: "ns", Rank: 2, Size: n(4), NumNodes: n(2), NodeID: n(1), LocalSize: n(2), Errs: map[string]error{}}
-	if _, err := FactsInfo(two); err == nil || !strings.Contains(err.Error(), "pmix.lrank") {
+	if _, err := factsInfo(two); err == nil || !strings.Contains(err.Error(), "pmix.lrank") {
 		t.Errorf("two nodes without peers or local rank: %v, want an error naming pmix.lrank", err)
 	}
-	if _, err := FactsInfo(Facts{Errs: map[string]error{}}); err == nil || !strings.Contains(err.Error(), "pmix.job.size") {
+	if _, err := factsInfo(Facts{Errs: map[string]error{}}); err == nil || !strings.Contains(err.Error(), "pmix.job.size") {
 		t.Errorf("no job size: %v", err)
 	}
 }

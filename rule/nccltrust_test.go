@@ -19,7 +19,7 @@ func applyAll(t *testing.T, tab *gpubind.Table, tasks int, bind []string, denied
 	list := hexList(t, bind...)
 	var out []rule.Result
 	for L := 0; L < tasks; L++ {
-		k := rule.Task{Local: L, Rank: L, BindType: "mask_cpu:", BindList: list, Own: bind[L%len(bind)]}
+		k := rule.Task{Local: L, Rank: L, BindType: "mask_cpu:", BindList: list, Own: cpus(bind[L%len(bind)])}
 		if denied != nil {
 			k.Denied = denied(L)
 		}

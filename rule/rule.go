@@ -44,12 +44,27 @@ static int go_warning(const struct gb_table *t, const struct gb_result *r,
 	return rc;
 }
 
-// A CPU list ("" = unknown) into set; returns 0, 1 when unknown, -1 when bad.
-static int go_cpus(const char *list, cpu_set_t *set)
+// A CPU mask from Go: n CPU ids into set (none: unknown, NULL).
+static const cpu_set_t *go_cpus(const int *ids, int n, cpu_set_t *set)
 {
-	if (!list[0])
-		return 1;
-	return gb_parse_cpulist(list, set) ? -1 : 0;
+	if (n == 0)
+		return NULL;
+	CPU_ZERO(set);
+	for (int i = 0; i < n; i++)
+		if (ids[i] >= 0 && ids[i] < CPU_SETSIZE)
+			CPU_SET(ids[i], set);
+	return set;
+}
+
+// A CPU mask to Go: the CPU ids in set, ascending, into ids (CPU_SETSIZE long).
+static int go_cpu_ids(const cpu_set_t *set, int *ids)
+{
+	int n = 0;
+
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, set))
+			ids[n++] = c;
+	return n;
 }
 
 // gb_result_env's callback for Go: "NAME=VALUE\n" lines into a buffer.
@@ -79,24 +94,17 @@ static int go_env(const struct gb_table *t, const struct gb_result *r,
 
 // As the front end's task_init: the rule, the device limit (when denied is
 // not NULL: those device nodes denied, the others asked with access(2)), then
-// visible=first|localid.
+// visible=first|localid. own and step NULL: unknown.
 static int go_apply(const struct gb_table *t, int lid, const char *btype,
-		    const char *blist, const char *own, const char *step,
-		    const char *denied, struct gb_result *r, char *err,
-		    size_t errlen)
+		    const char *blist, const cpu_set_t *own,
+		    const cpu_set_t *step, const char *denied,
+		    struct gb_result *r, char *err, size_t errlen)
 {
-	cpu_set_t o, s;
-	int ho = go_cpus(own, &o), hs = go_cpus(step, &s), rc;
-
-	if (ho < 0 || hs < 0) {
-		snprintf(err, errlen, "bad CPU list %s", ho < 0 ? own : step);
-		return -1;
-	}
 	struct gb_binds b;
+	int rc;
 
 	gb_binds_parse(t, btype[0] ? btype : NULL, blist[0] ? blist : NULL, &b);
-	rc = gb_rule_apply(t, lid, &b, ho ? NULL : &o, hs ? NULL : &s, r,
-			   err, errlen);
+	rc = gb_rule_apply(t, lid, &b, own, step, r, err, errlen);
 	if (!rc && denied) {
 		go_denied = denied;
 		rc = gb_result_restrict(t, r, go_can_open, err, errlen);
@@ -111,8 +119,11 @@ import "C"
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"unsafe"
+
+	"github.com/gpubind/gpubind/gpubind"
 )
 
 // Table is a decision table as the front end parsed it.
@@ -179,8 +190,9 @@ type Task struct {
 	Rank     int    // global task id (for the log line)
 	BindType string // SLURM_CPU_BIND_TYPE ("" when unset)
 	BindList string // SLURM_CPU_BIND_LIST ("" when unset)
-	Own      string // the task's affinity as a CPU list ("" when unknown)
-	Step     string // the step's CPUs (its cpuset) ("" when unknown: the whole node)
+	// Own is the task's affinity (empty when unknown), Step the step's CPUs, its cpuset
+	// (empty when unknown: the whole node).
+	Own, Step gpubind.CPUSet
 	// Denied are device nodes the task may not open (an IMEX channel outside the job's
 	// device cgroup; a GPU's DEV that Slurm's per-task ConstrainDevices or isolate
 	// denies); the others are asked with access(2). Non-nil: the rule's device limit
@@ -191,12 +203,16 @@ type Task struct {
 
 // Result is the rule's answer for one task.
 type Result struct {
-	GPUs    []int    // table GPU ids, in the order the task sees them (CUDA_VISIBLE_DEVICES)
-	Own     []int    // the task's own GPUs (GPUs but those visible=first|localid added)
-	ByTable bool     // the task took its "task L" line
-	CPUs    string   // CPU list to bind the task to (cpus flag), "" for none
-	Env     []string // NAME=VALUE, as the front end sets them
-	LogLine string   // the mapping line, without the "gpubind: " prefix of the log
+	GPUs    []int          // table GPU ids, in the order the task sees them (CUDA_VISIBLE_DEVICES)
+	Own     []int          // the task's own GPUs (GPUs but those visible=first|localid added)
+	ByTable bool           // the task took its "task L" line
+	CPUs    gpubind.CPUSet // the rule's CPUs for the task (cpus flag), empty for none
+	// Affinity is what the task runs on (gb_result_affinity, as the front end sets it): CPUs
+	// within Own; Own without the cpus flag or when none of CPUs is in Own; CPUs when Own
+	// is unknown.
+	Affinity gpubind.CPUSet
+	Env      []string // NAME=VALUE, as the front end sets them
+	LogLine  string   // the mapping line, without the "gpubind: " prefix of the log
 	// Warning is what the task prints on the user's terminal about its multi-node
 	// NVLink fabric or IMEX channel ("" none), without "gpubind: warning: ".
 	Warning string
@@ -207,12 +223,21 @@ func (t *Table) Apply(k Task) (Result, error) {
 	var r C.struct_gb_result
 	var errb [512]C.char
 	cs := func(s string) *C.char { return C.CString(s) }
-	bt, bl, own, step := cs(k.BindType), cs(k.BindList), cs(k.Own), cs(k.Step)
+	bt, bl := cs(k.BindType), cs(k.BindList)
 	defer func() {
-		for _, p := range []*C.char{bt, bl, own, step} {
+		for _, p := range []*C.char{bt, bl} {
 			C.free(unsafe.Pointer(p))
 		}
 	}()
+	var ownSet, stepSet C.cpu_set_t
+	own, err := cpuSet(k.Own, &ownSet)
+	if err != nil {
+		return Result{}, err
+	}
+	step, err := cpuSet(k.Step, &stepSet)
+	if err != nil {
+		return Result{}, err
+	}
 	denied := C.CString(strings.Join(k.Denied, "\n"))
 	defer C.free(unsafe.Pointer(denied))
 	limit := denied
@@ -229,9 +254,11 @@ func (t *Table) Apply(k Task) (Result, error) {
 	res.Own = res.GPUs[int(r.own_at) : int(r.own_at)+int(r.nown)]
 	var buf [16384]C.char
 	if r.set_cpus != 0 {
-		C.gb_format_cpulist(&r.cpus, &buf[0], C.size_t(len(buf)))
-		res.CPUs = C.GoString(&buf[0])
+		res.CPUs = goCPUs(&r.cpus)
 	}
+	var aff C.cpu_set_t
+	C.gb_result_affinity(&r, own, &aff)
+	res.Affinity = goCPUs(&aff)
 	if r.ngpus > 0 {
 		if C.go_env(t.c, &r, &buf[0], C.size_t(len(buf))) != 0 {
 			return Result{}, errors.New("per-task environment too long")
@@ -293,4 +320,32 @@ func DefaultDecision(option string, stepGPUs *string, ntasks int, force string) 
 		return v, ngpus, used, "", errors.New("option text too long")
 	}
 	return v, ngpus, used, C.GoString(&buf[0]), nil
+}
+
+// cpuSet puts s into the C set c; nil (unknown) when s is empty. The rule's sets are
+// cpu_set_t: a CPU beyond CPU_SETSIZE is an error, as in a CPU list the rule parses.
+func cpuSet(s gpubind.CPUSet, c *C.cpu_set_t) (*C.cpu_set_t, error) {
+	ids := s.CPUs()
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cids := make([]C.int, len(ids))
+	for i, id := range ids {
+		if id >= C.CPU_SETSIZE {
+			return nil, fmt.Errorf("bad CPU list %s: CPU %d is beyond the rule's %d", s, id, C.CPU_SETSIZE)
+		}
+		cids[i] = C.int(id)
+	}
+	return C.go_cpus(&cids[0], C.int(len(cids)), c), nil
+}
+
+// goCPUs is the C set c as a CPUSet.
+func goCPUs(c *C.cpu_set_t) gpubind.CPUSet {
+	var ids [C.CPU_SETSIZE]C.int
+	n := int(C.go_cpu_ids(c, &ids[0]))
+	s := gpubind.NewCPUSet()
+	for _, id := range ids[:n] {
+		s.Add(int(id))
+	}
+	return s
 }

@@ -48,6 +48,15 @@ func gpus(t *testing.T, rt *rule.Table, k rule.Task) []int {
 }
 
 // hexList is SLURM_CPU_BIND_LIST for tasks bound to the given CPU lists.
+// cpus is a CPU list of the test as a set (a bad list is the test's fault).
+func cpus(list string) gpubind.CPUSet {
+	s, err := gpubind.ParseCPUList(list)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
 func hexList(t *testing.T, lists ...string) string {
 	var hex []string
 	for _, l := range lists {
@@ -97,15 +106,15 @@ func TestUnits(t *testing.T) {
 		{rule.Task{Local: 2, BindType: "mask_cpu:", BindList: list}, []int{1}}, // NUMA 0: GPU 0 taken
 		// NUMA 1 (2 of 3 CPUs): GPU 2 taken and no free GPU left: the least used on its node.
 		{rule.Task{Local: 3, BindType: "mask_cpu:", BindList: list}, []int{2}},
-		{rule.Task{Local: 0, Own: "0-4"}, []int{1}},                                          // every CPU: not bound, task line
-		{rule.Task{Local: 0, Own: "0-3", Step: "0-3"}, []int{1}},                             // the whole cpuset of a step over two nodes: not bound
-		{rule.Task{Local: 0, Own: "0-1", Step: "0-1"}, []int{0}},                             // the whole cpuset of a step on NUMA 0: its node
-		{rule.Task{Local: 0, Own: "0", Step: "0-1"}, []int{0}},                               // fewer CPUs than the step: bound
-		{rule.Task{Local: 2, Own: "4"}, []int{0}},                                            // NUMA 2 has none; tasks 0, 1 count as on it and took 2, 1 from the end
-		{rule.Task{Local: 1, Own: "1-2"}, []int{1}},                                          // tie: node 0; task 0 counts as on it
-		{rule.Task{Local: 3}, []int{1}},                                                      // nothing known: task line
-		{rule.Task{Local: 1, BindType: "mask_cpu:", BindList: "0x1,zz", Own: "3"}, []int{2}}, // bad entry: own mask
-		{rule.Task{Local: 1, BindType: "map_cpu:", BindList: "2,0"}, []int{0}},               // map_cpu: CPU ids
+		{rule.Task{Local: 0, Own: cpus("0-4")}, []int{1}},                                          // every CPU: not bound, task line
+		{rule.Task{Local: 0, Own: cpus("0-3"), Step: cpus("0-3")}, []int{1}},                       // the whole cpuset of a step over two nodes: not bound
+		{rule.Task{Local: 0, Own: cpus("0-1"), Step: cpus("0-1")}, []int{0}},                       // the whole cpuset of a step on NUMA 0: its node
+		{rule.Task{Local: 0, Own: cpus("0"), Step: cpus("0-1")}, []int{0}},                         // fewer CPUs than the step: bound
+		{rule.Task{Local: 2, Own: cpus("4")}, []int{0}},                                            // NUMA 2 has none; tasks 0, 1 count as on it and took 2, 1 from the end
+		{rule.Task{Local: 1, Own: cpus("1-2")}, []int{1}},                                          // tie: node 0; task 0 counts as on it
+		{rule.Task{Local: 3}, []int{1}},                                                            // nothing known: task line
+		{rule.Task{Local: 1, BindType: "mask_cpu:", BindList: "0x1,zz", Own: cpus("3")}, []int{2}}, // bad entry: own mask
+		{rule.Task{Local: 1, BindType: "map_cpu:", BindList: "2,0"}, []int{0}},                     // map_cpu: CPU ids
 		// A shorter list is reused from its start, as Slurm does: tasks 0-2 all on CPU 0.
 		{rule.Task{Local: 2, BindType: "mask_cpu:", BindList: "0x1"}, []int{2}},
 		{rule.Task{Local: 1, BindType: "cores", BindList: "0x1,0x1"}, []int{2}}, // no list for this type: task line
@@ -132,7 +141,7 @@ func TestUnits(t *testing.T) {
 	}
 	// per_task 3 with 3 GPUs in another order: the unit is the fallback run.
 	rt = parse(t, handTable(1, 3, []int{1, 0, 2}))
-	if got := gpus(t, rt, rule.Task{Local: 0, Own: "0"}); !reflect.DeepEqual(got, []int{1, 0, 2}) {
+	if got := gpus(t, rt, rule.Task{Local: 0, Own: cpus("0")}); !reflect.DeepEqual(got, []int{1, 0, 2}) {
 		t.Errorf("per_task 3: %v", got)
 	}
 	tab := handTable(1, 1, []int{0, 1, 2})
@@ -167,7 +176,7 @@ func TestStepCPUSetIsNoBinding(t *testing.T) {
 	rt := parse(t, planFixture(t, "dgxh100-2cpu", "closest", 4, "0,1,4,5"))
 	seen := map[int]bool{}
 	for L := 0; L < 4; L++ {
-		g := gpus(t, rt, rule.Task{Local: L, Own: "0", Step: "0"})
+		g := gpus(t, rt, rule.Task{Local: L, Own: cpus("0"), Step: cpus("0")})
 		if len(g) != 1 || seen[g[0]] {
 			t.Fatalf("task %d got %v (earlier tasks %v): the step's cpuset was taken as a per-task binding", L, g, seen)
 		}
@@ -194,7 +203,7 @@ func TestPerTaskGroupsAreExclusive(t *testing.T) {
 		list := hexList(t, c.layout...)
 		owner := map[int]int{}
 		for L := 0; L < c.tasks; L++ {
-			g := gpus(t, rt, rule.Task{Local: L, BindType: "mask_cpu:", BindList: list, Own: c.layout[L]})
+			g := gpus(t, rt, rule.Task{Local: L, BindType: "mask_cpu:", BindList: list, Own: cpus(c.layout[L])})
 			if len(g) != 2 {
 				t.Errorf("step %s layout %v: task %d got %v, want 2 GPUs", c.step, c.layout, L, g)
 			}
@@ -255,11 +264,12 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		defer rt.Close()
-		if _, err := gpubind.ParseCPUList(step); err != nil || len(step) > 64 {
-			step = ""
+		stepCPUs, err := gpubind.ParseCPUList(step)
+		if err != nil || len(step) > 64 {
+			stepCPUs = gpubind.NewCPUSet()
 		}
 		for L := 0; L <= rt.NTasks() && L < 64; L++ {
-			r, err := rt.Apply(rule.Task{Local: L, BindType: "mask_cpu:", BindList: binds, Own: fmt.Sprint(L % 8), Step: step})
+			r, err := rt.Apply(rule.Task{Local: L, BindType: "mask_cpu:", BindList: binds, Own: gpubind.NewCPUSet(L % 8), Step: stepCPUs})
 			if err != nil {
 				continue
 			}
@@ -270,4 +280,40 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Affinity is gb_result_affinity, what the front end sets the task's affinity to (cpus
+// flag): the rule's CPUs within the task's own, never outside them.
+func TestAffinity(t *testing.T) {
+	// dgxh100: NUMA 0 is 0-55,112-167, NUMA 1 56-111,168-223. The rule takes its CPUs from
+	// the table's task line, which a task bound to a NUMA node does not use: these tasks
+	// have every CPU of the step (unbound) or an unknown affinity.
+	bound := parse(t, planFixture(t, "dgxh100", "closest,cpus", 2, ""))
+	defer bound.Close()
+	plain := parse(t, planFixture(t, "dgxh100", "closest", 2, ""))
+	defer plain.Close()
+	for _, c := range []struct {
+		rt   *rule.Table
+		own  string
+		want string
+	}{
+		{bound, "0-3,60-63", "0-3"},                 // the rule's CPUs within own
+		{bound, "", "0-55,112-167"},                 // own unknown: the rule's CPUs
+		{bound, "0-223", "0-55,112-167"},            // own covers them
+		{bound, "56-111,168-223", "56-111,168-223"}, // none of them in own: own stays
+		{plain, "0-3,60-63", "0-3,60-63"},           // no cpus flag: own
+		{plain, "", ""},                             // no cpus flag, own unknown: nothing
+	} {
+		k := rule.Task{Local: 0}
+		if c.own != "" {
+			k.Own, k.Step = cpus(c.own), cpus(c.own) // the step's every CPU: unbound
+		}
+		r, err := c.rt.Apply(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.Affinity.String(); got != c.want {
+			t.Errorf("own %q: affinity %q, want %q (rule's CPUs %q)", c.own, got, c.want, r.CPUs)
+		}
+	}
 }

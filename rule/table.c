@@ -1387,6 +1387,27 @@ void gb_result_widen(const struct gb_table *t, struct gb_result *r, int lid)
 	r->own_at = pos;
 }
 
+int gb_result_affinity(const struct gb_result *r, const cpu_set_t *own,
+		       cpu_set_t *out)
+{
+	if (!r->set_cpus) {
+		if (own)
+			*out = *own;
+		else
+			CPU_ZERO(out);
+		return 0;
+	}
+	if (!own) {
+		*out = r->cpus;
+		return 0;
+	}
+	CPU_AND(out, &r->cpus, own);
+	if (CPU_COUNT(out))
+		return 1;
+	*out = *own;
+	return 0;
+}
+
 /* The CUDA_VISIBLE_DEVICES entry of the task's i-th GPU. */
 static void visible_of(const struct gb_table *t, const struct gb_result *r,
 		       int i, char *buf, size_t len)

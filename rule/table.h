@@ -281,6 +281,18 @@ enum gb_default_verdict gb_default_decide(const char *option,
 int gb_default_option(const char *option, enum gb_default_verdict v,
 		      unsigned force, char *buf, size_t len);
 
+/*
+ * The CPUs the task runs on (cpus flag): the rule's CPUs within own, the
+ * affinity Slurm gave it (NULL: unknown). Returns 1 when the task's affinity
+ * is to be set to *out (the rule's CPUs within own). Returns 0 when it stays
+ * as it is, *out then saying what the task runs on: own without the cpus
+ * flag, and when none of the rule's CPUs is in own; with own unknown, the
+ * rule's CPUs (nothing to narrow; empty without the cpus flag). The front end
+ * and `gpubind plan` both call it.
+ */
+int gb_result_affinity(const struct gb_result *r, const cpu_set_t *own,
+		       cpu_set_t *out);
+
 /* Flag names ("isolate,cpus", "-" for none) to GB_FLAG_* bits: 0, or -1
  * for an unknown name; and back ("-" for none). */
 int gb_flags_parse(const char *s, unsigned *flags);

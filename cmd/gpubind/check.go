@@ -603,86 +603,52 @@ func (c *checker) checkLauncherFailure(cacheDir string) {
 	c.add("launcher", statusWarn, "the launcher %s failed %v ago on this node: %s (%s)", path, age, cause, p)
 }
 
-// checkCgroup reads the cgroup mounts from mountinfo and says whether the isolate and cpus
-// flags can work. Its parser is its own, not the plugin's (spank/frontend/cgroup/fs.c).
+// checkCgroup says whether the isolate and cpus flags can work, asking the plugin's own probe
+// (gpubind_check_cgroup): the same mountinfo parser, per flag the same choice of cgroup version
+// and the same refusals (a v1 hierarchy co-mounted with a controller Slurm finds tasks by) as a
+// step. What depends on the step (MIG, Slurm's task cgroups) is decided only when one runs.
 func (c *checker) checkCgroup() {
 	mi := c.under("/proc/self/mountinfo")
-	// Not ReadSmallFile: procfs files report size 0.
-	b, err := readLimited(mi, 4<<20)
-	if err != nil {
-		c.add("cgroup", statusWarn, "%v: cannot tell whether isolate and cpus can work", err)
-		return
-	}
-	var devices, cpuset, unified string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		dash := slices.Index(f, "-")
-		if dash < 6 || dash+3 > len(f) {
+	flags := []struct {
+		key string
+		bit uint
+	}{{"isolate", cgroupIsolate}, {"cpus", cgroupCpus}}
+	var keys, used, problems []string
+	status := statusOK
+	for _, f := range flags {
+		if c.args[f.key] == "never" {
 			continue
 		}
-		switch f[dash+1] {
-		case "cgroup2":
-			unified = f[4]
-		case "cgroup":
-			opts := strings.Split(f[dash+3], ",")
-			if slices.Contains(opts, "devices") {
-				devices = f[4]
-			}
-			if slices.Contains(opts, "cpuset") {
-				cpuset = f[4]
-			}
+		ok, text, err := probePluginCgroup(c.plugin, mi, f.bit)
+		if err != nil {
+			c.add("cgroup", statusWarn, "%v: cannot tell whether isolate and cpus can work", err)
+			return
 		}
-	}
-	mode := "cgroup v2 (" + unified + ")"
-	switch {
-	case devices != "" || cpuset != "":
-		mode = fmt.Sprintf("cgroup v1 (devices %s, cpuset %s)", orDash(devices), orDash(cpuset))
-	case unified == "":
-		mode = "no cgroup mounted"
-	}
-	var problems []string
-	isolateOK := devices != "" || unified != ""
-	cpusOK := cpuset != "" || unified != ""
-	forced := func(key string) bool { return c.args[key] == "force" }
-	never := func(key string) bool { return c.args[key] == "never" }
-	status := statusOK
-	if !isolateOK && !never("isolate") {
-		problems = append(problems, "isolate cannot work (no devices controller, no cgroup2)")
-		status = statusWarn
-		if forced("isolate") {
-			status = statusFail
+		if ok {
+			keys = append(keys, f.key)
+			used = append(used, text)
+			continue
 		}
-	}
-	if !cpusOK && !never("cpus") {
-		problems = append(problems, "cpus cannot work (no cpuset controller, no cgroup2)")
-		if forced("cpus") {
+		problems = append(problems, f.key+" cannot work: "+text)
+		if c.args[f.key] == "force" {
 			status = statusFail
 		} else if status == statusOK {
 			status = statusWarn
 		}
 	}
-	if len(problems) == 0 {
-		c.add("cgroup", statusOK, "%s: isolate and cpus can work", mode)
+	if len(problems) > 0 {
+		c.add("cgroup", status, "%s", strings.Join(problems, "; "))
 		return
 	}
-	c.add("cgroup", status, "%s: %s", mode, strings.Join(problems, "; "))
-}
-
-// readLimited reads at most limit bytes of a file whose size stat cannot tell (procfs).
-func readLimited(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+	switch {
+	case len(used) == 0:
+		c.add("cgroup", statusOK, "isolate=never and cpus=never: no cgroup is used")
+	case len(used) == 1 || used[0] == used[1]:
+		// One hierarchy for both (the usual case) is named once.
+		c.add("cgroup", statusOK, "%s: %s can work", used[0], strings.Join(keys, " and "))
+	default:
+		c.add("cgroup", statusOK, "isolate: %s; cpus: %s: isolate and cpus can work", used[0], used[1])
 	}
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, limit))
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // checkSlurmConf checks the Slurm settings the plugin relies on: GPUs as GRES, and the

@@ -360,7 +360,37 @@ func TestCheckIsolateForcedWithoutCgroups(t *testing.T) {
 	write(t, filepath.Join(n.root, "proc/self/mountinfo"), "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n")
 	setPlugstack(t, n.root, "required "+fixturePluginDir+"/spank_gpubind.so isolate=force cpus=never")
 	rc, items := n.check(t)
-	expect(t, rc, items, "cgroup", statusFail, `no cgroup mounted: isolate cannot work`)
+	expect(t, rc, items, "cgroup", statusFail, `^isolate cannot work: cgroup: neither a cgroup v1 devices hierarchy nor cgroup2 is mounted \(.*/proc/self/mountinfo\)$`)
+}
+
+// The cgroup item asks the plugin's own probe (gpubind_check_cgroup), so it refuses where a
+// step would: a v1 devices hierarchy co-mounted with freezer (proctrack/cgroup finds the
+// step's tasks there) makes isolate refuse, which a mountinfo reader of its own called fine.
+func TestCheckCgroupCoMountedRefused(t *testing.T) {
+	n := healthyNode(t)
+	write(t, filepath.Join(n.root, "proc/self/mountinfo"), "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"+
+		"34 31 0:31 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset\n"+
+		"36 31 0:33 / /sys/fs/cgroup/devices,freezer rw,relatime - cgroup cgroup rw,devices,freezer\n")
+	rc, items := n.check(t)
+	expect(t, rc, items, "cgroup", statusWarn, `isolate cannot work: isolate: the cgroup v1 devices hierarchy at /sys/fs/cgroup/devices,freezer is co-mounted with freezer`)
+	// Forced, the step would fail: so does the check.
+	setPlugstack(t, n.root, "required "+fixturePluginDir+"/spank_gpubind.so isolate=force")
+	rc, items = n.check(t)
+	expect(t, rc, items, "cgroup", statusFail, `isolate cannot work: .*co-mounted with freezer`)
+}
+
+// The plugin uses the first mount of a hierarchy in mountinfo, and per flag the version
+// Slurm's cgroup/v1 would: isolate on cgroup v2 where only cpuset is a v1 hierarchy.
+func TestCheckCgroupAsThePluginChooses(t *testing.T) {
+	n := healthyNode(t)
+	write(t, filepath.Join(n.root, "proc/self/mountinfo"), "31 23 0:28 / /sys/fs/cgroup rw,relatime - cgroup2 cgroup2 rw\n"+
+		"32 23 0:29 / /mnt/other rw,relatime - cgroup2 cgroup2 rw\n")
+	rc, items := n.check(t)
+	expect(t, rc, items, "cgroup", statusOK, `^cgroup v2 at /sys/fs/cgroup \(BPF device programs\): isolate and cpus can work$`)
+	write(t, filepath.Join(n.root, "proc/self/mountinfo"), "31 23 0:28 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n"+
+		"34 23 0:31 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset\n")
+	rc, items = n.check(t)
+	expect(t, rc, items, "cgroup", statusOK, `^isolate: cgroup v2 at /sys/fs/cgroup/unified \(BPF device programs\); cpus: cgroup v1 \(devices at -, cpuset at /sys/fs/cgroup/cpuset\): isolate and cpus can work$`)
 }
 
 func TestCheckNoGPUGresType(t *testing.T) {

@@ -250,7 +250,7 @@ type planArgs struct {
 	c        common
 	tasks    int               // --tasks
 	gpus     string            // --gpus, "" the whole node
-	stepCPUs string            // --step-cpus
+	stepCPUs gpubind.CPUSet    // --step-cpus, empty when not given
 	policy   string            // --policy
 	num      gpubind.Numbering // --numbering
 	// numberingGiven: --numbering was given, so --slurm-conf does not decide it.
@@ -267,7 +267,7 @@ func parsePlanArgs(args []string, stderr io.Writer) (*planArgs, error) {
 	fs.IntVar(&a.tasks, "tasks", -1, "number of local tasks (required)")
 	fs.StringVar(&a.gpus, "gpus", "", "the step's GPUs as SLURM_STEP_GPUS holds them: GRES indices or GPU-/MIG- UUIDs (default: all)")
 	taskCPUs := fs.String("task-cpus", "", "each task's CPU list, separated by ';' (as SLURM_CPU_BIND_LIST would bind them)")
-	fs.StringVar(&a.stepCPUs, "step-cpus", "", "the step's CPUs (its cpuset), a CPU list (default: the whole node)")
+	stepCPUs := fs.String("step-cpus", "", "the step's CPUs (its cpuset), a CPU list (default: the whole node)")
 	fs.StringVar(&a.policy, "policy", "closest", "POLICY[,FLAGS] as --gpu-bind-topo takes it")
 	fs.StringVar(&a.slurmConf, "slurm-conf", "", "plan as a node whose SLURM_CONF is FILE: numbering from it and cgroup.conf, gres.conf next to it")
 	fs.StringVar(&a.gresConf, "gres-conf", "", "gres.conf giving the GRES order, as the plugin's gres_conf= (default: next to --slurm-conf, else PCI order)")
@@ -292,10 +292,12 @@ func parsePlanArgs(args []string, stderr io.Writer) (*planArgs, error) {
 	default:
 		return nil, usageError{fmt.Sprintf("--numbering %q: want global or relative", *numbering)}
 	}
-	if a.stepCPUs != "" {
-		if s, err := gpubind.ParseCPUList(a.stepCPUs); err != nil || s.IsEmpty() {
-			return nil, usageError{fmt.Sprintf("--step-cpus %q: want a non-empty CPU list such as 0-3,8", a.stepCPUs)}
+	if *stepCPUs != "" {
+		s, err := gpubind.ParseCPUList(*stepCPUs)
+		if err != nil || s.IsEmpty() {
+			return nil, usageError{fmt.Sprintf("--step-cpus %q: want a non-empty CPU list such as 0-3,8", *stepCPUs)}
 		}
+		a.stepCPUs = s
 	}
 	fs.Visit(func(f *flag.Flag) { a.numberingGiven = a.numberingGiven || f.Name == "numbering" })
 	if *taskCPUs != "" {
@@ -360,28 +362,16 @@ func (a *planArgs) applyRule(tab *gpubind.Table, stderr io.Writer) ([]jsonTask, 
 	var out []jsonTask
 	var text strings.Builder
 	for local := 0; local < a.tasks; local++ {
-		var own gpubind.CPUSet
 		k := rule.Task{Local: local, Rank: local, Step: a.stepCPUs}
 		if masks != nil {
-			own = masks[local]
-			k.BindType, k.BindList, k.Own = "mask_cpu:", bindList, own.String()
+			k.BindType, k.BindList, k.Own = "mask_cpu:", bindList, masks[local]
 		}
 		b, err := rt.Apply(k)
 		if err != nil {
 			return nil, "", fmt.Errorf("task %d: %v", local, err)
 		}
-		cpus := own
-		if b.CPUs != "" {
-			want, _ := gpubind.ParseCPUList(b.CPUs)
-			cpus = want
-			if !own.IsEmpty() {
-				if in := own.Intersect(want); !in.IsEmpty() {
-					cpus = in
-				} else {
-					cpus = own
-				}
-			}
-		}
+		// What the task runs on, as the front end sets it (gb_result_affinity).
+		cpus := b.Affinity
 		jt := jsonTask{Task: local, CPUs: cpus.String(), Env: map[string]string{}, GPUs: []jsonGPU{}}
 		for _, kv := range b.Env {
 			if name, val, ok := strings.Cut(kv, "="); ok {

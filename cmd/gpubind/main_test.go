@@ -127,7 +127,7 @@ func TestTaskCPUsIsTheRule(t *testing.T) {
 		}
 		for local, task := range out.Tasks {
 			own, _ := gpubind.ParseCPUList(strings.Split(c.cpus, ";")[local])
-			b, err := rt.Apply(rule.Task{Local: local, BindType: "mask_cpu:", BindList: strings.Join(hex, ","), Own: own.String()})
+			b, err := rt.Apply(rule.Task{Local: local, BindType: "mask_cpu:", BindList: strings.Join(hex, ","), Own: own})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -877,10 +877,9 @@ static int task_set_affinity(struct task *tk)
 {
 	cpu_set_t want;
 
-	if (!tk->res.set_cpus || !tk->ownp)
+	if (!gb_result_affinity(&tk->res, tk->ownp, &want))
 		return 0;
-	CPU_AND(&want, &tk->res.cpus, &tk->own);
-	if (CPU_COUNT(&want) && sched_setaffinity(0, sizeof(want), &want)) {
+	if (sched_setaffinity(0, sizeof(want), &want)) {
 		(void) snprintf(tk->why, sizeof(tk->why),
 				"task %d: sched_setaffinity: %s", tk->lid,
 				strerror(errno));

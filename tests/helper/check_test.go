@@ -84,7 +84,7 @@ func parse(t *testing.T, out string) map[int]*rankOut {
 }
 
 // rankHasRoot is NCCL's documented function for ncclCommInitRankScalable (the oracle here,
-// written independently of ncclid.RootRanks).
+// written independently of ncclid.rootRanks).
 func rankHasRoot(rank, nRanks, nIds int) bool {
 	rmr, rpr := nRanks%nIds, nRanks/nIds
 	rlim := rmr * (rpr + 1)

@@ -97,6 +97,20 @@ int gb_cg_fini(struct gb_cg *cg, char *err, size_t errlen);
 /* "cgroup v1 (devices at /sys/fs/cgroup/devices, cpuset at ...)" */
 const char *gb_cg_describe(const struct gb_cg *cg);
 
+/*
+ * The probe prepare decides with, for `gpubind check` (exported from the
+ * plugin, like gpubind_check_args): for flags (GB_CG_ISOLATE, GB_CG_CPUS or
+ * both) and the mounts in mountinfo (NULL: /proc/self/mountinfo), the
+ * version the plugin would use and the refusals that depend on it alone
+ * (no hierarchy, v1 co-mounted with a controller Slurm tracks tasks by).
+ * GB_CG_OK with out describing what would be used ("cgroup v2 at
+ * /sys/fs/cgroup (BPF device programs)"), else GB_CG_REFUSED or GB_CG_ERROR
+ * with out saying why. What depends on the step (MIG, Slurm's task cgroups,
+ * its device programs) is decided only when a step runs.
+ */
+int gpubind_check_cgroup(const char *mountinfo, unsigned flags, char *out,
+			 size_t outlen);
+
 /* Where apply put task local_id ("" before apply); for logs and tests. */
 const char *gb_cg_task_path(const struct gb_cg *cg, int local_id);
 

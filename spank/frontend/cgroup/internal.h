@@ -113,7 +113,8 @@ struct gb_cg_ops {
 		       size_t errlen);
 	/* Closes what prepare opened (also after a failed prepare). */
 	void (*close)(struct gb_cg *cg);
-	void (*describe)(const struct gb_cg *cg, char *buf, size_t len);
+	/* "cgroup v1 (devices at ..., cpuset at ...)" */
+	void (*describe)(const struct gb_cg_mounts *mnt, char *buf, size_t len);
 	const char *(*task_path)(const struct gb_cg_task *t);
 };
 

@@ -105,6 +105,27 @@ static int mark_step_minors(struct gb_cg *cg, const struct gb_cg_config *cfg,
 	return GB_CG_OK;
 }
 
+static const struct gb_cg_ops *backend(int version)
+{
+	return version == GB_CG_V1 ? &gb_cg_v1_ops : &gb_cg_v2_ops;
+}
+
+int gpubind_check_cgroup(const char *mountinfo, unsigned flags, char *out,
+			 size_t outlen)
+{
+	struct gb_cg_probe probe;
+	int rc;
+
+	if (!flags || (flags & ~(GB_CG_ISOLATE | GB_CG_CPUS)))
+		return gb_errf(out, outlen, GB_CG_ERROR,
+			       "cgroup: flags 0x%x; expected 1 (isolate), 2 "
+			       "(cpus) or 3", flags);
+	rc = gb_cg_probe(&probe, flags, GB_CG_AUTO, mountinfo, out, outlen);
+	if (rc == GB_CG_OK)
+		backend(probe.version)->describe(&probe.mnt, out, outlen);
+	return rc;
+}
+
 int gb_cg_prepare(struct gb_cg **out, const struct gb_cg_config *cfg,
 		  char *err, size_t errlen)
 {
@@ -128,8 +149,8 @@ int gb_cg_prepare(struct gb_cg **out, const struct gb_cg_config *cfg,
 	/* The backend, chosen once: every later call goes through cg->ops. */
 	cg->version = probe.version;
 	cg->mnt = probe.mnt;
-	cg->ops = cg->version == GB_CG_V1 ? &gb_cg_v1_ops : &gb_cg_v2_ops;
-	cg->ops->describe(cg, cg->describe, sizeof(cg->describe));
+	cg->ops = backend(cg->version);
+	cg->ops->describe(&cg->mnt, cg->describe, sizeof(cg->describe));
 	rc = cg->ops->prepare(cg, err, errlen);
 	if (rc)
 		goto fail;

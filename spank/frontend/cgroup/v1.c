@@ -219,11 +219,11 @@ static void v1_close(struct gb_cg *cg)
 	(void)cg;
 }
 
-static void v1_describe(const struct gb_cg *cg, char *buf, size_t len)
+static void v1_describe(const struct gb_cg_mounts *mnt, char *buf, size_t len)
 {
 	snprintf(buf, len, "cgroup v1 (devices at %s, cpuset at %s)",
-		 cg->mnt.devices.found ? cg->mnt.devices.dir : "-",
-		 cg->mnt.cpuset.found ? cg->mnt.cpuset.dir : "-");
+		 mnt->devices.found ? mnt->devices.dir : "-",
+		 mnt->cpuset.found ? mnt->cpuset.dir : "-");
 }
 
 static const char *v1_task_path(const struct gb_cg_task *t)

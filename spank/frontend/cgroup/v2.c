@@ -655,10 +655,10 @@ static int v2_cleanup(struct gb_cg *cg, struct gb_cg_task *t, char *err,
 	return GB_CG_OK;
 }
 
-static void v2_describe(const struct gb_cg *cg, char *buf, size_t len)
+static void v2_describe(const struct gb_cg_mounts *mnt, char *buf, size_t len)
 {
 	snprintf(buf, len, "cgroup v2 at %s (BPF device programs)",
-		 cg->mnt.unified.dir);
+		 mnt->unified.dir);
 }
 
 static const char *v2_task_path(const struct gb_cg_task *t)
