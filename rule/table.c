@@ -1463,11 +1463,6 @@ static const struct {
 	{ "UCX_NET_DEVICES", 0 },      { "GPUBIND_NIC", 1 },
 };
 
-int gb_result_is_own(const struct gb_result *r, int i)
-{
-	return !r->widened || (i >= r->own_at && i < r->own_at + r->nown);
-}
-
 /* The task's first own GPU. */
 static const struct gb_gpu *own_first(const struct gb_table *t,
 				      const struct gb_result *r)

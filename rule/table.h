@@ -220,9 +220,13 @@ void gb_result_widen(const struct gb_table *t, struct gb_result *r, int lid);
 
 /*
  * Whether gpus[i] of a result is one of the task's own GPUs (not one that
- * visible=first|localid added).
+ * visible=first|localid added). Inline, so that fabric.c asks it without
+ * calling back into table.c, which calls fabric.c.
  */
-int gb_result_is_own(const struct gb_result *r, int i);
+static inline int gb_result_is_own(const struct gb_result *r, int i)
+{
+	return !r->widened || (i >= r->own_at && i < r->own_at + r->nown);
+}
 
 /*
  * The admin's default= on a step (docs/admin.md "default="). A binding that
