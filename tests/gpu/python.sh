@@ -56,15 +56,19 @@ check "python n=2: gloo all_reduce of the ranks gives 1 on both ranks" \
 	test "$(grep -c '^PY [01] ALLREDUCE 1 2 gloo pmix ' <<<"$out")" -eq 2
 
 cat >"$work/py_ncclid.py" <<'EOF'
-import ctypes, sys
+import ctypes, os, sys
 import gpubind
 i = gpubind.init()
-import torch
-torch.cuda.set_device(i.cuda_device)
-nccl = ctypes.CDLL("libnccl.so.2")  # torch's, when it loaded one (same soname)
+# The program's own NCCL, loaded globally before nccl_id(): the helper then makes the ID with
+# this very library (its ncclGetUniqueId is the process's own), and the communicator below
+# starts with the same one. A PyTorch wheel may carry an NCCL of another version (statically
+# or under its own path); an ID made by one NCCL and used by another is not guaranteed to work.
+nccl = ctypes.CDLL("libnccl.so.2", mode=os.RTLD_GLOBAL | os.RTLD_NOW)
 v = ctypes.c_int()
 nccl.ncclGetVersion(ctypes.byref(v))
 uid = gpubind.nccl_id()  # rank 0 makes it with that NCCL
+import torch
+torch.cuda.set_device(i.cuda_device)
 class UniqueId(ctypes.Structure):
     _fields_ = [("internal", ctypes.c_char * 128)]
 nccl.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, UniqueId, ctypes.c_int]
@@ -83,7 +87,7 @@ s.synchronize()
 print("PYCOMM", i.rank, i.size, v.value, rc, int(x[0].item()), flush=True)
 nccl.ncclCommDestroy(comm)
 EOF
-out=$(srun --mpi=pmix -n1 --gpus=1 --gpu-bind-topo "${pyenv[@]}" "$py" "$work/py_ncclid.py" 2>&1)
+out=$(NCCL_DEBUG=WARN srun --mpi=pmix -n1 --gpus=1 --gpu-bind-topo "${pyenv[@]}" "$py" "$work/py_ncclid.py" 2>&1)
 echo "$out"
 check "python: gpubind.nccl_id() starts a real NCCL communicator (ncclCommInitRank, ncclAllReduce)" \
 	grep -q '^PYCOMM 0 1 [0-9]* 0 1$' <<<"$out"

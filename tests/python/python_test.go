@@ -337,7 +337,7 @@ func TestSrun(t *testing.T) {
 		})
 	}
 
-	// Errors: each rank prints the gpubind.Error it got.
+	// Errors: each rank prints the error (the Python package's Error class) it got.
 	for _, tc := range []struct {
 		name  string
 		args  []string
