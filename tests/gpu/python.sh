@@ -69,13 +69,15 @@ nccl.ncclGetVersion(ctypes.byref(v))
 uid = gpubind.nccl_id()  # rank 0 makes it with that NCCL
 import torch
 torch.cuda.set_device(i.cuda_device)
+# c_byte, not c_char: a c_char array field set from bytes stops at the first NUL byte, which
+# would zero the ID's bootstrap address (connect to 0.0.0.0).
 class UniqueId(ctypes.Structure):
-    _fields_ = [("internal", ctypes.c_char * 128)]
+    _fields_ = [("internal", ctypes.c_byte * 128)]
 nccl.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, UniqueId, ctypes.c_int]
 nccl.ncclAllReduce.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                                ctypes.c_void_p, ctypes.c_void_p]
 comm = ctypes.c_void_p()
-rc = nccl.ncclCommInitRank(ctypes.byref(comm), i.size, UniqueId(uid), i.rank)
+rc = nccl.ncclCommInitRank(ctypes.byref(comm), i.size, UniqueId.from_buffer_copy(uid), i.rank)
 if rc != 0:
     nccl.ncclGetErrorString.restype = ctypes.c_char_p
     print("PYCOMM FAIL ncclCommInitRank", rc, nccl.ncclGetErrorString(rc), flush=True)

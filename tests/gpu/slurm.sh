@@ -3,6 +3,7 @@
 #
 #   tests/gpu/slurm-bundle.sh       (on a build machine: Slurm, libraries, plugin -> .gpu/)
 #   BUILD=.gpu/build tests/gpu/slurm.sh [OUTDIR]   (on the GPU node: the checkout and .gpu/)
+#   GPU_ONLY=python ...             (sections 0, 1 and 4b only)
 #
 # One slurmctld and one slurmd as root, no systemd, no munged (auth/slurm with a generated
 # key), CgroupPlugin=cgroup/v2, ConstrainDevices=yes, ConstrainCores=yes,
@@ -213,6 +214,19 @@ leftovers() { # leftovers WHEN: no plugin cgroup, no BPF program of the plugin (
 	if [[ -z $left && -z $progs ]]; then pass "$1: no plugin cgroup and no BPF program of the plugin left"; else
 		fail "$1: left behind: cgroups [$left] programs [$progs]"; fi
 }
+
+summary() {
+	section "summary"
+	if ((failed)); then echo "slurm.sh: FAILED"; else echo "slurm.sh: all checks passed"; fi
+	exit "$failed"
+}
+# GPU_ONLY=python: Slurm up (sections 0 and 1), then section 4b alone: a re-check of the Python
+# package that fits a short lease.
+if [[ ${GPU_ONLY:-} == python ]]; then
+	# shellcheck source=tests/gpu/python.sh
+	. "$root/tests/gpu/python.sh"
+	summary
+fi
 
 section "2. binding: --gpu-bind-topo=verbose against nvidia-smi and CUDA"
 out2=$(srun -n1 --gpus=1 --gpu-bind-topo=verbose "$work/cudaprobe" 2>&1)
@@ -636,6 +650,4 @@ for n in 2 8 16 32; do
 done
 echo "$plug" >"$cfg/plugstack.conf"
 
-section "summary"
-if ((failed)); then echo "slurm.sh: FAILED"; else echo "slurm.sh: all checks passed"; fi
-exit "$failed"
+summary
