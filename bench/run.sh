@@ -964,7 +964,7 @@ assemble() {
 		done
 		# Sections written by bench/scale.sh, and hand-written ones (runs on other machines),
 		# kept across runs.
-		for s in gpu helper12 helper13 scale scale_vm128 scale_vm1024 scale_vm8rpn scale_plugin scale_gpu scale_plugin_gpu exchange; do
+		for s in gpu helper12 helper13 scale scale_vm128 scale_vm1024 scale_vm8rpn scale_plugin scale_gpu scale_plugin_gpu exchange python; do
 			[[ -f $RES/$s.md ]] && { cat "$RES/$s.md"; echo; }
 		done
 	} >"$out"
