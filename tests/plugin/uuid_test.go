@@ -30,11 +30,7 @@ func srunUUID(t *testing.T, c *cluster.Cluster, args ...string) ([]uuidTask, str
 		t.Fatalf("srun %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out, errOut)
 	}
 	var tasks []uuidTask
-	for _, l := range strings.Split(out, "\n") {
-		m := uuidRe.FindStringSubmatch(strings.TrimSpace(l))
-		if m == nil {
-			continue
-		}
+	for _, m := range matchLines(uuidRe, out) {
 		local, _ := strconv.Atoi(m[1])
 		rank, _ := strconv.Atoi(m[2])
 		tasks = append(tasks, uuidTask{local, rank, m[3], m[4], m[5], m[6], m[7]})
