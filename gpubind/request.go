@@ -49,7 +49,7 @@ func Plan(r PlanRequest) (*Table, error) {
 		}
 		return nil, fmt.Errorf("cannot map Slurm's GPU numbers (GRES indices) to GPUs: %s; give the plugin gres_conf= or run in mode=optional", why)
 	}
-	tab, err := BuildTable(PlanInput{Topo: r.Topo, Step: st, Tasks: r.Tasks, Option: opt, Mode: r.Mode, Rails: r.Rails})
+	tab, err := BuildTable(PlanInput{Topo: r.Topo, Step: st, Tasks: r.Tasks, Option: opt, Rails: r.Rails})
 	if err != nil {
 		return nil, err
 	}
