@@ -57,14 +57,16 @@ PMIX_LIBS    := $(shell pkg-config --libs pmix 2>/dev/null)
 # packaging, CMake and man page tests run (rpm includes rpmbuild and rpm2cpio in Debian 12;
 # $(DEB_TOOLS) and $(RPM_TOOLS) of packaging/packaging.mk are in it). A test skips when its
 # tool is missing, and CI fails on every skip not in tests/allowed-skips.txt: a tool Debian
-# has belongs here, not there.
+# has belongs here, not there. clang-14 and its runtimes (libFuzzer, ASan, UBSan): the fuzz
+# targets of the C parsers (make fuzz, docs/security.md).
 DEB_PACKAGES := slurmctld slurmd slurm-client libslurm-dev munge libpmix-dev openmpi-bin \
                 libopenmpi-dev pkg-config gcc g++ make procps util-linux psmisc iproute2 \
                 libc6-dev hostname mount binutils \
                 rpm cpio cmake man-db groff-base debhelper dpkg-dev fakeroot \
-                python3 python3-torch python3-pytest
+                python3 python3-torch python3-pytest \
+                clang-14 libclang-rt-14-dev
 
-.PHONY: all deps build test slurm-matrix check-slurm-version test-unit test-integration demo bench bench-scale install uninstall clean \
+.PHONY: all deps build test fuzz slurm-matrix check-slurm-version test-unit test-integration demo bench bench-scale install uninstall clean \
         engine plugin helper cli fmt vet
 
 all: build
@@ -108,10 +110,22 @@ helper:
 	@if [ -f lib/Makefile.inc ]; then $(MAKE) -s -f lib/Makefile.inc BUILD=$(abspath $(BUILD)); fi
 
 # ---- tests ----------------------------------------------------------------------------------
+# libFuzzer targets of the C parsers that run as root on input slurmstepd did not write
+# (tests/fuzz; docs/security.md): each runs FUZZTIME seconds from its seed corpus
+# (tests/fuzz/corpus); a crash, sanitizer report or leak fails. FUZZ_TARGETS: some of table,
+# binds, plancache, args (default all). `make test` runs each for TEST_FUZZTIME seconds.
+FUZZTIME      ?= 60
+TEST_FUZZTIME ?= 20
+FUZZ_TARGETS  ?=
+fuzz:
+	FUZZTIME=$(FUZZTIME) BUILD=$(abspath $(BUILD)) tests/fuzz/run.sh $(FUZZ_TARGETS)
+
 # Everything once against the system Slurm, then the integration packages again against each
 # other Slurm of SLURM_MATRIX (built on first use, about 4 minutes each on 2 cores, then cached).
+# First the fuzz targets, TEST_FUZZTIME seconds each (about 1.5 minutes in all).
 test: deps build
 	$(GO) vet ./...
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME) FUZZ_TARGETS=
 	$(GO) build -o $(BUILD)/testreport ./tests/testreport/cmd/testreport
 	@rm -rf $(TEST_REPORT) && mkdir -p $(TEST_REPORT)
 	@echo "==== Slurm system ($$(slurmd -V)): all packages ===="

@@ -70,7 +70,8 @@
 // without it mlx5_1 also matches mlx5_10, and NCCL picks each GPU's rail itself, NVIDIA/nccl
 // issues 1478, 1591, 2428; UCX_NET_DEVICES and GPUBIND_NIC the task's closest NIC), cpus (bind the task's CPUs to its GPU's
 // NUMA node when Slurm did not bind them), isolate (per-task cgroup device isolation,
-// applied by the front end; it breaks CUDA IPC/P2P between the step's tasks).
+// applied by the front end; it breaks CUDA IPC/P2P between the step's tasks), uuid
+// (CUDA_VISIBLE_DEVICES by GPU UUID, same GPUs and order: rule/table.c writes it).
 //
 // # Decision table and per-task rule
 //

@@ -432,3 +432,37 @@ func TestGresMapping(t *testing.T) {
 		t.Errorf("unknown minor: %v", err)
 	}
 }
+
+// TestSlurmEnvUUID: Slurm 26.05's gres.conf Flags=env_uuid writes the step's GPUs by UUID into
+// CUDA_VISIBLE_DEVICES (GRES index order; SLURM_STEP_GPUS keeps the indices). The engine takes
+// them as the step's GPUs and every task's CUDA_VISIBLE_DEVICES names its GPU by UUID, with
+// or without the uuid flag; GPUBIND_* describe the same GPU.
+func TestSlurmEnvUUID(t *testing.T) {
+	topo := snapshot(t, "dgxh100")
+	u := func(i int) string { return topo.GPUs[i].UUID }
+	for _, policy := range []string{"closest", "closest,uuid", "closest,visible=localid"} {
+		c := planCase{fixture: "dgxh100", policy: policy, tasks: 2, gpus: "2,6", cvd: u(2) + "," + u(6)}
+		tab, bs, err := runCase(t, c, topo, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", policy, err)
+		}
+		if idx, _ := describe(tab, bs); !strings.HasPrefix(idx, "2") || !strings.Contains(idx, "6") {
+			t.Errorf("%s: tasks on GPUs %q, want 2 and 6", policy, idx)
+		}
+		for L, r := range bs {
+			env := map[string]string{}
+			for _, kv := range r.Env {
+				k, v, _ := strings.Cut(kv, "=")
+				env[k] = v
+			}
+			own := tab.GPUs[r.Own[0]]
+			cvd := strings.Split(env["CUDA_VISIBLE_DEVICES"], ",")
+			cd, _ := strconv.Atoi(strings.Split(env["GPUBIND_CUDA_DEVICES"], ",")[0])
+			if cd >= len(cvd) || cvd[cd] != topo.GPUs[own.NVMLIndex].UUID || env["GPUBIND_UUIDS"] != cvd[cd] ||
+				env["GPUBIND_GPUS"] != strconv.Itoa(own.NVMLIndex) {
+				t.Errorf("%s task %d: CUDA_VISIBLE_DEVICES=%s GPUBIND_CUDA_DEVICES=%s GPUBIND_UUIDS=%s GPUBIND_GPUS=%s disagree",
+					policy, L, env["CUDA_VISIBLE_DEVICES"], env["GPUBIND_CUDA_DEVICES"], env["GPUBIND_UUIDS"], env["GPUBIND_GPUS"])
+			}
+		}
+	}
+}

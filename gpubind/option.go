@@ -32,6 +32,7 @@ type Flags struct {
 	NIC     bool // set NCCL_IB_HCA/UCX_NET_DEVICES to the GPU's closest NIC
 	CPUs    bool // bind the task's CPUs to its GPU's NUMA node (GPU-first plans)
 	Isolate bool // per-task cgroup device isolation (applied by the front end)
+	UUID    bool // CUDA_VISIBLE_DEVICES lists GPU UUIDs instead of indices
 }
 
 // flagDefs is the one list of the option's flags, in canonical order: the parser, String,
@@ -49,6 +50,9 @@ the NIC nearest the task's GPU`},
 	{"cpus", func(f *Flags) *bool { return &f.CPUs }, "bind the task's CPUs to its GPU's NUMA node (when Slurm did not bind)"},
 	{"isolate", func(f *Flags) *bool { return &f.Isolate }, `allow each task only its own GPU device (cgroup); breaks CUDA IPC/P2P
 between the tasks of the step`},
+	{"uuid", func(f *Flags) *bool { return &f.UUID }, `CUDA_VISIBLE_DEVICES lists GPU UUIDs (GPU-..., MIG-...), not indices, in
+the same order: survives renumbering (containers); not for programs that
+read the variable as integers`},
 }
 
 // FlagNames lists the flags in their canonical order.

@@ -39,7 +39,7 @@ func TestOptionNamesOneList(t *testing.T) {
 			t.Errorf("policy %s: not in the help text", d.name)
 		}
 	}
-	if _, err := ParseOption("bogus"); err == nil || !strings.Contains(err.Error(), "policies are closest, pack, spread, map:LIST, per-task:N, single:N, off; flags are verbose, nic, cpus, isolate") {
+	if _, err := ParseOption("bogus"); err == nil || !strings.Contains(err.Error(), "policies are closest, pack, spread, map:LIST, per-task:N, single:N, off; flags are verbose, nic, cpus, isolate, uuid") {
 		t.Errorf("unknown word: %v", err)
 	}
 }

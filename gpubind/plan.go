@@ -67,6 +67,7 @@ func BuildTable(in PlanInput) (*Table, error) {
 		tab.Visible = ""
 		tab.Near = nil
 	}
+	tab.uuidOrWarn()
 	tab.addFabric(t, st, "")
 	plan := policyPlan(o.Policy)
 	if plan == nil {
@@ -445,4 +446,22 @@ func migAsked(o Option) string {
 		return "visible=" + o.Visible
 	}
 	return "per-task:" + strconv.Itoa(o.N)
+}
+
+// uuidOrWarn keeps the uuid flag only when every step GPU has a known UUID: the rule
+// (rule/table.c, visible_uuid) lists a GPU without one by its number, and a
+// CUDA_VISIBLE_DEVICES that mixes numbers and UUIDs would number the GPUs neither way.
+func (tab *Table) uuidOrWarn() {
+	if !tab.Flags.UUID {
+		return
+	}
+	for _, g := range tab.GPUs {
+		if g.UUID == "" {
+			tab.Status = StatusWarn
+			tab.Messages = append(tab.Messages, fmt.Sprintf("uuid: the UUID of GPU %d (%s) is unknown (source without NVML or /proc/driver/nvidia): "+
+				"CUDA_VISIBLE_DEVICES lists indices", g.NVMLIndex, dash(g.BusID)))
+			tab.Flags.UUID = false
+			return
+		}
+	}
 }

@@ -31,6 +31,8 @@ func TestDefaultDecision(t *testing.T) {
 		{"default= names isolate: own", "closest,isolate", s("0,1"), 2, "", DefaultBind, 2, 2, "closest,isolate"},
 		{"isolate=force: own", "closest", s("0,1"), 2, "isolate", DefaultBind, 2, 2, "closest"},
 		{"cpus=force: localid", "closest", s("0,1"), 2, "cpus", DefaultBind, 2, 2, "closest,visible=localid"},
+		{"default= with uuid", "closest,uuid", s("0-7"), 8, "", DefaultBind, 8, 8, "closest,uuid,visible=localid"},
+		{"uuid kept when tasks share GPUs", "closest,isolate,uuid", s("0-7"), 16, "", DefaultShare, 8, 16, "closest,uuid,visible=localid"},
 		{"UUIDs", "closest", s("GPU-a,GPU-b"), 2, "", DefaultBind, 2, 2, "closest,visible=localid"},
 		{"unreadable list: the engine decides", "closest", s("0,,1"), 2, "", DefaultAskEngine, -1, 2, "closest,visible=localid"},
 		{"bad per-task N: the engine decides", "per-task:x", s("0,1"), 2, "", DefaultAskEngine, 2, -1, "per-task:x,visible=localid"},

@@ -170,6 +170,7 @@ const struct gb_flag_name gb_flag_names[GB_NFLAGS] = {
 	{ "nic", GB_FLAG_NIC },
 	{ "cpus", GB_FLAG_CPUS },
 	{ "isolate", GB_FLAG_ISOLATE },
+	{ "uuid", GB_FLAG_UUID },
 };
 
 unsigned gb_flag_lookup(const char *s, size_t len)
@@ -1428,10 +1429,31 @@ int gb_result_affinity(const struct gb_result *r, const cpu_set_t *own,
 	return 0;
 }
 
+/*
+ * The uuid flag: the task's i-th GPU goes into CUDA_VISIBLE_DEVICES by its
+ * UUID (a MIG device's is its MIG- UUID). CUDA looks a UUID up among the
+ * devices the task can open and numbers the list in its order, so no
+ * renumbering (gb_result_restrict's vis[]) applies. A GPU whose UUID the
+ * table does not know keeps its number (the engine warns and drops the flag
+ * in that case, so a list never mixes the two).
+ */
+static int visible_uuid(const struct gb_table *t, const struct gb_result *r,
+			int i, char *buf, size_t len)
+{
+	const struct gb_gpu *g = &t->gpus[r->gpus[i]];
+
+	if (!(t->flags & GB_FLAG_UUID) || !g->uuid[0])
+		return 0;
+	(void) snprintf(buf, len, "%s", g->uuid);
+	return 1;
+}
+
 /* The CUDA_VISIBLE_DEVICES entry of the task's i-th GPU. */
 static void visible_of(const struct gb_table *t, const struct gb_result *r,
 		       int i, char *buf, size_t len)
 {
+	if (visible_uuid(t, r, i, buf, len))
+		return;
 	if (r->restricted && r->vis[i] >= 0)
 		(void) snprintf(buf, len, "%d", r->vis[i]);
 	else

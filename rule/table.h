@@ -34,6 +34,9 @@ enum gb_flag {
 	GB_FLAG_NIC = 1 << 1,
 	GB_FLAG_CPUS = 1 << 2,
 	GB_FLAG_ISOLATE = 1 << 3,
+	/* CUDA_VISIBLE_DEVICES lists GPU UUIDs (gb_result_env, visible_of):
+	 * docs/users.md "uuid". */
+	GB_FLAG_UUID = 1 << 4,
 };
 
 /*
@@ -41,7 +44,7 @@ enum gb_flag {
  * (the table's "flags" line, srun's early check and its help text). Go's list
  * is gpubind.FlagNames; rule_test.go checks that the two agree.
  */
-#define GB_NFLAGS 4
+#define GB_NFLAGS 5
 struct gb_flag_name {
 	const char *name;
 	enum gb_flag flag;

@@ -75,6 +75,38 @@ func TestWhereamiMatches(t *testing.T) {
 	}
 }
 
+// CUDA_VISIBLE_DEVICES by UUID (the uuid flag; Slurm 26.05's gres.conf Flags=env_uuid), in an
+// order of its own: whereami resolves it as CUDA does, and the plugin's claim agrees with it.
+func TestWhereamiUUIDList(t *testing.T) {
+	root := whereRoot(t, "0")
+	topo, err := gpubind.LoadSnapshot(fixtures.Snapshot("dgx4nic-2cpu"))
+	require.NoError(t, err)
+	u := func(i int) string { return topo.GPUs[i].UUID }
+	for _, c := range []struct {
+		cvd, dev string
+		warn     bool
+	}{
+		{u(2), "0", false},
+		{u(0) + "," + u(2) + "," + u(1), "1", false}, // visible=localid: its own at entry 1
+		{u(0) + "," + u(2), "0", true},               // the claim names the wrong entry
+	} {
+		rep, err := whereami(root, "", lookupOf(map[string]string{
+			"CUDA_VISIBLE_DEVICES": c.cvd, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+			"GPUBIND_PCI_BUS_IDS": "0000:3a:00.0", "GPUBIND_CUDA_DEVICES": c.dev, "GPUBIND_UUIDS": u(2),
+		}), false, nvmlOf(t, root, ""))
+		require.NoError(t, err)
+		require.Len(t, rep.GPUs, len(strings.Split(c.cvd, ",")), c.cvd)
+		for k, g := range rep.GPUs {
+			assert.Equal(t, strings.Split(c.cvd, ",")[k], g.UUID, "CUDA device %d", k)
+		}
+		if c.warn {
+			assert.NotEmpty(t, rep.Warnings, c.cvd)
+		} else {
+			assert.Empty(t, rep.Warnings, c.cvd)
+		}
+	}
+}
+
 // A task whose binding is not what the plugin claims: each problem is a plain sentence, and
 // --strict exits 1.
 func TestWhereamiWarns(t *testing.T) {

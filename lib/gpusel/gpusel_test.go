@@ -246,6 +246,27 @@ func TestChooseConstrained(t *testing.T) {
 	}
 }
 
+// Slurm 26.05's gres.conf Flags=env_uuid and the plugin's uuid flag list UUIDs in an order of
+// their own (not PCI order): CUDA numbers them in list order, and so does the library, local
+// rank by local rank; GPUBIND_CUDA_DEVICES still says which entry is the task's (visible=localid).
+func TestChooseUUIDList(t *testing.T) {
+	root := usableFixture(t)
+	fakeAccess(t)
+	for lrank, want := range []string{"0000:b1:00.0", "0000:1b:00.0", "0000:8a:00.0", "0000:b1:00.0"} {
+		got, err := Choose(Input{Root: root, LocalRank: lrank, LookupEnv: env(map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-b1,GPU-1b,GPU-8a"})})
+		if err != nil || got.BusID != want || got.CUDADevice != lrank%3 || got.Visible != 3 || got.UUID != "GPU-"+want[5:7] {
+			t.Errorf("local rank %d: %+v, %v; want cuda %d bus %s", lrank, got, err, lrank%3, want)
+		}
+	}
+	got, err := Choose(Input{Root: root, LocalRank: 2, LookupEnv: env(map[string]string{
+		"GPUBIND_GPUS": "2", "GPUBIND_PCI_BUS_IDS": "0000:8a:00.0", "GPUBIND_UUIDS": "GPU-8a", "GPUBIND_CUDA_DEVICES": "2",
+		"CUDA_VISIBLE_DEVICES": "GPU-b1,GPU-1b,GPU-8a,GPU-3d",
+	})})
+	if err != nil || got.CUDADevice != 2 || got.BusID != "0000:8a:00.0" || got.UUID != "GPU-8a" || got.Visible != 4 || got.Source != "gpubind" {
+		t.Errorf("plugin, uuid,visible=localid: %+v, %v; want cuda 2 bus 8a of 4", got, err)
+	}
+}
+
 // Issue 15 finding 7: one MIG instance per process. Each local rank gets its own instance as
 // CUDA device 0 of a CUDA_VISIBLE_DEVICES holding that instance alone.
 func TestChooseMIG(t *testing.T) {

@@ -192,6 +192,31 @@ static void req_value(const char *req, const char *key, char *out, size_t len)
 }
 
 /*
+ * Whether the request's option names the nic flag, the one flag whose output
+ * (NCCL_IB_HCA, UCX_NET_DEVICES, GPUBIND_NIC: NAME:PORT) reads the port
+ * states. The words are the rule's own flag names; an option too long for
+ * the buffer counts as naming it (a key with the ports is only stricter).
+ */
+static int option_has_nic(const char *request)
+{
+	char opt[2048];
+
+	req_value(request, "option", opt, sizeof(opt));
+	if (strlen(opt) >= sizeof(opt) - 1)
+		return 1;
+	for (const char *p = opt; *p;) {
+		size_t l = strcspn(p, ",");
+
+		if (gb_flag_lookup(p, l) == GB_FLAG_NIC)
+			return 1;
+		p += l;
+		if (*p == ',')
+			p++;
+	}
+	return 0;
+}
+
+/*
  * The request, less what the plan does not use: SLURM_JOB_GPUS is read only
  * when SLURM_STEP_GPUS is unset (gpubind.ResolveStep). A user's junk there
  * must neither grow nor split the key.
@@ -253,8 +278,8 @@ static int build_key(struct keybuf *b, const char *engine, const char *request)
 	else
 		(void) snprintf(path, sizeof(path), "/etc/slurm/gres.conf");
 	key_file_identity(b, "gres_conf", path);
-	/* The NIC's port state, which the nic flag reads (ACTIVE port). */
-	if (strstr(request, "nic")) {
+	/* The NIC's port state, which only the nic flag reads (ACTIVE port). */
+	if (option_has_nic(request)) {
 		glob_t g;
 
 		(void) snprintf(path, sizeof(path),

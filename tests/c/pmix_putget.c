@@ -2,13 +2,16 @@
  *
  * Rank 0 puts 128 bytes (PMIX_BYTE_OBJECT) under a key carrying a sequence number and
  * commits; every rank (0 included) Gets the key from rank 0 with PMIX_TIMEOUT and no fence
- * (direct modex: the server fetches it from rank 0 on demand) and checks each byte. Prints one line per rank:
+ * (direct modex: the server fetches it from rank 0 on demand) and checks each byte, then
+ * all fence (collecting: see below) so that rank 0 stays until every rank has read. Prints one
+ * line per rank:
  *   pmix_putget rank R of N ok KEY retries K
  * Usage: pmix_putget [SEQ]   (SEQ: 0..1000000, default 1; keys are never reused)
  * Exit status 0 on success, 1 with a "gpubind: pmix_putget: " message on stderr otherwise.
  */
 #include <errno.h>
 #include <pmix.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +67,7 @@ int main(int argc, char **argv)
     long seq = 1;
     uint32_t size = 0;
     int timeout = GET_TIMEOUT_S, bad = 0, retries = 0;
+    bool collect = true;
     struct timespec t0, now, pause = {0, 10 * 1000 * 1000};
     size_t i;
 
@@ -151,8 +155,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "gpubind: pmix_putget: rank %u: %d of %d bytes differ\n", me.rank, bad, BLOB_LEN);
         goto out_fail;
     }
-    /* Rank 0 must not leave before the others have read its data. */
-    rc = PMIx_Fence(NULL, 0, NULL, 0);
+    /* Rank 0 must not leave before the others have read its data. Under Slurm's mpi/pmix a
+     * fence without PMIX_COLLECT_DATA completes on each node as soon as that node's ranks are
+     * in, so it holds nobody across nodes; a collecting one waits (docs/helper.md, "A fence is
+     * a barrier only with data collection"). */
+    PMIX_INFO_CONSTRUCT(&info);
+    PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+    rc = PMIx_Fence(NULL, 0, &info, 1);
+    PMIX_INFO_DESTRUCT(&info);
     if (rc != PMIX_SUCCESS) {
         fail("PMIx_Fence", rc);
         goto out_fail;

@@ -130,26 +130,29 @@ func buildPMIxClient(t *testing.T) string {
 }
 
 // srun --mpi=pmix gives a real PMIx server: rank 0 puts 128 bytes, every rank gets them,
-// on rank 0's node and on the other one.
+// on rank 0's node and on the other one. The third step starts the second node's ranks 3 s
+// late: rank 0 must still be there to serve them (its closing fence has to wait for them).
 func TestPMIxPutGet(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
 	bin := buildPMIxClient(t)
 	c := StartT(t, Config{Nodes: 2})
-	for seq, args := range [][]string{
-		{"-n4", "--mpi=pmix"},
-		{"-N1", "-n2", "--mpi=pmix"},
+	lateNode := []string{"sh", "-c", `[ "$SLURM_NODEID" = 1 ] && sleep 3; exec "$0" "$1"`}
+	for seq, step := range []struct {
+		args []string
+		n    int
+	}{
+		{[]string{"-n4", "--mpi=pmix"}, 4},
+		{[]string{"-N1", "-n2", "--mpi=pmix"}, 2},
+		{append([]string{"-n4", "--mpi=pmix"}, lateNode...), 4},
 	} {
-		args = append(args, bin, fmt.Sprint(seq+1))
+		args := append(step.args, bin, fmt.Sprint(seq+1))
 		out, stderr, err := c.Srun(ctxT(t), args...)
 		if err != nil {
 			t.Fatalf("%v\nstdout:\n%s", err, out)
 		}
-		n := 4
-		if seq == 1 {
-			n = 2
-		}
+		n := step.n
 		var got []string
 		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 			f := strings.Fields(l)

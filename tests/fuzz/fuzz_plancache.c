@@ -23,6 +23,12 @@ struct gb_config gb_conf;
 static struct gb_plancache pc;
 static char key[] = "KEY\n";
 
+static void cleanup(void)
+{
+	(void) unlink(pc.path);
+	(void) rmdir(pc.dir);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	char tmpl[] = "/dev/shm/gpubind-fuzz-XXXXXX";
@@ -40,6 +46,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	(void) snprintf(pc.path, sizeof(pc.path), "%s/p-entry", d);
 	pc.key = key;
 	pc.keylen = sizeof(key) - 1;
+	(void) atexit(cleanup);
 	return 0;
 }
 

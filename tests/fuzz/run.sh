@@ -17,7 +17,9 @@ if [[ -z $cc ]]; then
 	exit 1
 fi
 fe=$root/spank/frontend rule=$root/rule
-slurm_inc=${SLURM_PREFIX:+-I$SLURM_PREFIX/include}
+# Slurm's headers: a Slurm built from source (SLURM_PREFIX), else the system's in /usr/include.
+slurm_inc=
+case ${SLURM_PREFIX:-/usr} in /usr | /usr/) ;; *) slurm_inc=-I$SLURM_PREFIX/include ;; esac
 flags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 	-fno-omit-frame-pointer -D_GNU_SOURCE -std=gnu11 -Wall -Werror -I"$fe" -I"$rule" $slurm_inc)
 declare -A srcs=(

@@ -412,6 +412,8 @@ func TestGPUChoice(t *testing.T) {
 		{"PCI order", nil, 0, "0000:1b:00.0", "GPU-1", "PCI_BUS_ID"},
 		{"CUDA_VISIBLE_DEVICES index", []string{"CUDA_VISIBLE_DEVICES=2,0"}, 0, "0000:db:00.0", "GPU-0", "PCI_BUS_ID"},
 		{"CUDA_VISIBLE_DEVICES uuid", []string{"CUDA_VISIBLE_DEVICES=GPU-2"}, 0, "0000:3b:00.0", "GPU-2", "PCI_BUS_ID"},
+		{"CUDA_VISIBLE_DEVICES uuid list, not in PCI order (Slurm env_uuid)", []string{"CUDA_VISIBLE_DEVICES=GPU-0,GPU-2"}, 0, "0000:db:00.0", "GPU-0", "PCI_BUS_ID"},
+		{"plugin variables, uuid flag", []string{"CUDA_VISIBLE_DEVICES=GPU-2", "CUDA_DEVICE_ORDER=PCI_BUS_ID", "GPUBIND_GPUS=2", "GPUBIND_PCI_BUS_IDS=0000:3b:00.0", "GPUBIND_UUIDS=GPU-2", "GPUBIND_NUMA=0"}, 0, "0000:3b:00.0", "GPU-2", "PCI_BUS_ID"},
 		{"no GPU visible", []string{"CUDA_VISIBLE_DEVICES="}, -1, "-", "-", "PCI_BUS_ID"},
 		{"plugin variables", []string{"CUDA_VISIBLE_DEVICES=5", "CUDA_DEVICE_ORDER=PCI_BUS_ID", "GPUBIND_GPUS=5", "GPUBIND_PCI_BUS_IDS=00000000:9A:00.0", "GPUBIND_UUIDS=GPU-x", "GPUBIND_NUMA=1"}, 0, "0000:9a:00.0", "GPU-x", "PCI_BUS_ID"},
 		{"order chosen by the user", []string{"CUDA_DEVICE_ORDER=FASTEST_FIRST"}, 0, "0000:1b:00.0", "GPU-1", "FASTEST_FIRST"},

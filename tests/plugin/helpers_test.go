@@ -129,14 +129,21 @@ func srunTasks(t *testing.T, c *cluster.Cluster, args ...string) ([]task, string
 	return parseTasks(t, out), errOut
 }
 
+// matchLines is re's submatches on each line of out that it matches.
+func matchLines(re *regexp.Regexp, out string) [][]string {
+	var ms [][]string
+	for _, l := range strings.Split(out, "\n") {
+		if m := re.FindStringSubmatch(strings.TrimSpace(l)); m != nil {
+			ms = append(ms, m)
+		}
+	}
+	return ms
+}
+
 func parseTasks(t *testing.T, out string) []task {
 	t.Helper()
 	var tasks []task
-	for _, l := range strings.Split(out, "\n") {
-		m := taskRe.FindStringSubmatch(strings.TrimSpace(l))
-		if m == nil {
-			continue
-		}
+	for _, m := range matchLines(taskRe, out) {
 		local, _ := strconv.Atoi(m[2])
 		rank, _ := strconv.Atoi(m[3])
 		tasks = append(tasks, task{m[1], local, rank, m[4], m[5], m[6], m[7], m[8], m[9]})

@@ -355,7 +355,7 @@ func TestSrun(t *testing.T) {
 			[]string{"expect", "absent"}, []int{0, 1}, "-4", "GPUHELPER_ETIMEOUT"},
 		{"missing library", []string{"--mpi=pmix", "-N2", "-n2"}, []string{"GPUBIND_LIBGPUHELPER=/nonexistent/libgpuhelper.so.1"},
 			[]string{"expect", "init"}, []int{0, 1}, "None", "cannot load libgpuhelper.so.1 (/nonexistent/libgpuhelper.so.1: "},
-		{"RANK exported by the batch script", []string{"--mpi=pmix", "-N2", "-n2"}, []string{"RANK=0", "LOCAL_RANK=0"},
+		{"RANK exported by the batch script", []string{"--mpi=pmix", "-N2", "-n2"}, []string{"RANK=0", "LOCAL_RANK=0", "GPUHELPER_TIMEOUT=5"},
 			[]string{"expect", "torch"}, []int{1}, "None", "RANK=0 but PMIx says 1"},
 		{"torchrun worker", []string{"--mpi=pmix", "-N1", "-n1"}, []string{"TORCHELASTIC_RUN_ID=job7"},
 			[]string{"expect", "init"}, []int{0}, "None", "TORCHELASTIC_RUN_ID=job7 is set"},

@@ -600,3 +600,51 @@ func TestPlanCacheWithoutCacheDir(t *testing.T) {
 		t.Errorf("plan cache hits %v, want [false true]: no plan cache without a cache_dir made beforehand", hits)
 	}
 }
+
+// The NIC port states are in the key only for a plan whose option has the nic flag, the one
+// flag whose output (NCCL_IB_HCA, UCX_NET_DEVICES, GPUBIND_NIC: NAME:PORT) reads them. Any
+// other plan keeps its entry when a port flaps (issue 35: every request carries a "nics="
+// line, so a search for the text "nic" put the ports into every key).
+func TestPlanCacheNICPortsOnlyForNICPlans(t *testing.T) {
+	build(t)
+	needRoot(t)
+	root := t.TempDir()
+	state := filepath.Join(root, "sys", "class", "infiniband", "mlx5_0", "ports", "1", "state")
+	must(t, os.MkdirAll(filepath.Dir(state), 0o755))
+	setPort := func(s string) {
+		t.Helper()
+		must(t, os.WriteFile(state, []byte(s+"\n"), 0o644))
+	}
+	for _, tc := range []struct {
+		option   string
+		wantMiss bool // after the port flapped
+	}{
+		{"closest", false},
+		{"closest,verbose", false},
+		{"closest,nic", true},
+		{"closest,verbose,nic", true},
+	} {
+		t.Run(tc.option, func(t *testing.T) {
+			dir := cacheDir(t)
+			p := tablePlan(t, 2, 0, 1)
+			step := func() bool { // whether the plan came from the cache
+				t.Helper()
+				r := host(t, []string{"-n", "2", "-e", "SLURM_STEP_GPUS=0,1,2,3", "-o", tc.option},
+					"launcher="+bin.launchers["table"], "snapshot="+p, "cache_dir="+dir, "root="+root)
+				if r.rc(t, "init_post_opt") != 0 {
+					t.Fatalf("step failed:\n%s\n%s", r.stdout, r.stderr)
+				}
+				return strings.Contains(r.stderr, "plan cache hit")
+			}
+			setPort("4: ACTIVE")
+			step()
+			if !step() {
+				t.Fatal("no hit with the same port states")
+			}
+			setPort("1: DOWN")
+			if hit := step(); hit == tc.wantMiss {
+				t.Errorf("after a port went down: plan cache hit=%v, want %v", hit, !tc.wantMiss)
+			}
+		})
+	}
+}
