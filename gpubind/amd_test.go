@@ -472,3 +472,17 @@ func TestAMDIsolateRefused(t *testing.T) {
 		t.Errorf("forced, optional: %v %+v", err, tab)
 	}
 }
+
+// TestAMDUUIDFlag: with the uuid flag ROCR_VISIBLE_DEVICES names the task's GCD by the
+// UUID ROCr matches (GPU- and 16 upper-case hex digits, at most 20 characters, which
+// ROCr's filter takes), and HIP's variables still count from 0.
+func TestAMDUUIDFlag(t *testing.T) {
+	tab, res := frontierPlan(t, "closest,uuid", 2, "", "", "0;16", gpubind.NumberingGlobal)
+	for L, r := range res {
+		g := tab.GPUs[r.GPUs[0]]
+		env := envMap(r)
+		if env["ROCR_VISIBLE_DEVICES"] != g.UUID || len(g.UUID) != 20 || env["HIP_VISIBLE_DEVICES"] != "0" || env["CUDA_VISIBLE_DEVICES"] != "0" {
+			t.Errorf("task %d: %v", L, r.Env)
+		}
+	}
+}
