@@ -13,7 +13,6 @@ type PlanInput struct {
 	Step   *Step
 	Tasks  int
 	Option Option
-	Mode   Mode
 	// Rails are the admin's RDMA devices for NCCL and UCX (plugstack nics=); nil: the
 	// NICs closest to the step's GPUs.
 	Rails []string
@@ -28,7 +27,7 @@ func BuildTable(in PlanInput) (*Table, error) {
 		return nil, fmt.Errorf("%d local tasks: want 0..%d", in.Tasks, MaxTableTasks)
 	}
 	tab := &Table{
-		Status: StatusOK, Mode: in.Mode, Flags: o.Flags, Rule: RuleTable,
+		Status: StatusOK, Flags: o.Flags, Rule: RuleTable,
 		Share: 1, PerTask: 1, NTasks: in.Tasks, NUMAGPUs: map[int][]int{},
 	}
 	tab.Messages = append(tab.Messages, st.Notes...)

@@ -53,7 +53,7 @@ func Plan(r PlanRequest) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	tab, err := BuildTable(PlanInput{Topo: r.Topo, Step: st, Tasks: r.Tasks, Option: opt, Mode: r.Mode, Rails: r.Rails})
+	tab, err := BuildTable(PlanInput{Topo: r.Topo, Step: st, Tasks: r.Tasks, Option: opt, Rails: r.Rails})
 	if err != nil {
 		return nil, err
 	}

@@ -30,7 +30,6 @@ const (
 type Table struct {
 	Status   string
 	Messages []string
-	Mode     Mode
 	Flags    Flags
 	Rule     string
 	Share    int
@@ -93,8 +92,8 @@ type TableTask struct {
 }
 
 // ErrorTable returns a well-formed table with status error and the message.
-func ErrorTable(mode Mode, err error) *Table {
-	return &Table{Status: StatusError, Messages: []string{err.Error()}, Mode: mode}
+func ErrorTable(err error) *Table {
+	return &Table{Status: StatusError, Messages: []string{err.Error()}}
 }
 
 func dashList(ids []int) string {
@@ -143,7 +142,6 @@ func (t *Table) Encode(w io.Writer) error {
 		}
 		add("message %s", CleanMessage(m))
 	}
-	add("mode %s", t.Mode)
 	if t.Status != StatusError {
 		add("flags %s", t.Flags.String())
 		add("rule %s", t.Rule)
@@ -209,7 +207,7 @@ func (t *Table) String() string {
 	var b strings.Builder
 	if err := t.Encode(&b); err != nil {
 		b.Reset()
-		_ = ErrorTable(t.Mode, err).Encode(&b)
+		_ = ErrorTable(err).Encode(&b)
 	}
 	return b.String()
 }

@@ -15,7 +15,7 @@ import (
 // with none. Task lines: 1, 2, 0, 1.
 func handTable(share, perTask int, fallback []int) *gpubind.Table {
 	return &gpubind.Table{
-		Status: gpubind.StatusOK, Mode: gpubind.ModeEnforce, Rule: gpubind.RuleNUMA,
+		Status: gpubind.StatusOK, Rule: gpubind.RuleNUMA,
 		Share: share, PerTask: perTask, NTasks: 4,
 		NUMA: []gpubind.TableNUMA{{ID: 0, CPUs: gpubind.NewCPUSet(0, 1)}, {ID: 1, CPUs: gpubind.NewCPUSet(2, 3)},
 			{ID: 2, CPUs: gpubind.NewCPUSet(4)}},
@@ -315,5 +315,30 @@ func TestAffinity(t *testing.T) {
 		if got := r.Affinity.String(); got != c.want {
 			t.Errorf("own %q: affinity %q, want %q (rule's CPUs %q)", c.own, got, c.want, r.CPUs)
 		}
+	}
+}
+
+// An older launcher's "mode" line (written before the table lost it) still parses, and is
+// checked; the table the engine writes now has none.
+func TestOldModeLineAccepted(t *testing.T) {
+	text := handTable(1, 1, []int{0}).String()
+	if strings.Contains(text, "\nmode ") {
+		t.Fatalf("the engine's table has a mode line:\n%s", text)
+	}
+	withMode := func(m string) string {
+		lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+		n := len(lines) // the "end N" line counts the lines before it
+		out := append([]string{lines[0], lines[1], "mode " + m}, lines[2:n-1]...)
+		return strings.Join(append(out, fmt.Sprintf("end %d", n)), "\n") + "\n"
+	}
+	for _, m := range []string{"enforce", "optional"} {
+		rt, err := rule.Parse(withMode(m))
+		if err != nil {
+			t.Fatalf("mode %s: %v\n%s", m, err, withMode(m))
+		}
+		rt.Close()
+	}
+	if _, err := rule.Parse(withMode("maybe")); err == nil {
+		t.Error("mode maybe: accepted")
 	}
 }

@@ -421,7 +421,12 @@ static int line_status(struct parser *ps, char **f, int nf)
 	return 0;
 }
 
-/* The plugstack's mode decides; the line is checked only. */
+/*
+ * Launchers of gpubind 0.2.0 and before wrote "mode enforce|optional",
+ * which the plugstack's mode always overrode. Newer ones do not write it;
+ * the line is still accepted (and checked) for one release, so that a plugin
+ * whose old launcher is still installed keeps working. Drop it after that.
+ */
 static int line_mode(struct parser *ps, char **f, int nf)
 {
 	static const char *const names[] = { "enforce", "optional" };

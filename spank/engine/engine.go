@@ -175,14 +175,14 @@ func Run(request string, out io.Writer) error {
 	var tab *gpubind.Table
 	req, err := ParseRequest(request)
 	if err != nil {
-		tab = gpubind.ErrorTable(requestMode(request), err)
+		tab = gpubind.ErrorTable(err)
 	} else if tab, err = plan(req); err != nil {
-		tab = gpubind.ErrorTable(req.Mode, err)
+		tab = gpubind.ErrorTable(err)
 	}
 	var buf bytes.Buffer
 	if eerr := tab.Encode(&buf); eerr != nil {
 		buf.Reset()
-		_ = gpubind.ErrorTable(tab.Mode, eerr).Encode(&buf)
+		_ = gpubind.ErrorTable(eerr).Encode(&buf)
 		if err == nil {
 			err = eerr
 		}
@@ -191,19 +191,6 @@ func Run(request string, out io.Writer) error {
 		err = werr
 	}
 	return err
-}
-
-// requestMode is the mode of a request that does not parse, so that its error table still
-// carries the mode the admin asked for: the value of the first mode= line, enforce when
-// there is none or it is no mode.
-func requestMode(request string) gpubind.Mode {
-	for _, line := range strings.Split(request, "\n") {
-		if v, ok := strings.CutPrefix(line, "mode="); ok {
-			m, _ := gpubind.ParseMode(v)
-			return m
-		}
-	}
-	return gpubind.ModeEnforce
 }
 
 func plan(req *Request) (*gpubind.Table, error) {

@@ -49,7 +49,7 @@ func runToFD(request string, w fdWriter) (rc int) {
 	defer func() {
 		if p := recover(); p != nil {
 			buf.Reset()
-			_ = gpubind.ErrorTable(gpubind.ModeEnforce, fmt.Errorf("internal error in the gpubind engine: %v", p)).Encode(&buf)
+			_ = gpubind.ErrorTable(fmt.Errorf("internal error in the gpubind engine: %v", p)).Encode(&buf)
 			_, _ = w.Write(buf.Bytes())
 			rc = -2
 		}

@@ -31,7 +31,7 @@ func main() {
 	req, err := readRequest(requestFD)
 	if err != nil {
 		var buf bytes.Buffer
-		_ = gpubind.ErrorTable(gpubind.ModeEnforce, err).Encode(&buf)
+		_ = gpubind.ErrorTable(err).Encode(&buf)
 		_, _ = fdWriter(tableFD).Write(buf.Bytes())
 		os.Exit(2)
 	}

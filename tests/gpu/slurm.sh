@@ -11,7 +11,7 @@
 # jobacct_gather/cgroup, gres.conf AutoDetect=nvidia, and the gpubind plugin in plugstack.conf.
 #
 #  1. bring Slurm up (and check the node has the GPU as GRES)
-#  2. binding: --gpu-bind-topo=verbose against nvidia-smi and CUDA, and Slurm's --gpu-bind=closest
+#  2. binding: --gpu-bind-topo=verbose against nvidia-smi and CUDA, and Slurm's --gpu-bind=closest; the uuid flag (CUDA_VISIBLE_DEVICES=GPU-..., CUDA finds the GPU)
 #  2b. visible=first and visible=localid: CUDA device 0 (first) / device SLURM_LOCALID (localid)
 #     is the task's GPU, every step GPU is visible, CUDA IPC between two tasks works; and
 #     `gpubind whereami --strict` in the task matches nvidia-smi
@@ -237,6 +237,12 @@ check "mapping line names UUID $gpu_uuid" grep -qi "$gpu_uuid" <<<"$line"
 check "CUDA in the task sees exactly 1 device, bus $gpu_bus" grep -qiE "count=1 err=none dev0=${gpu_bus}/" <<<"$out2"
 echo "--- Slurm's own --gpu-bind=closest, side by side"
 srun -n1 --gpus=1 --gpu-bind=closest sh -c 'echo "slurm closest: CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"; '"$work/cudaprobe"
+echo "--- the uuid flag: CUDA_VISIBLE_DEVICES names the task's GPU by UUID, and CUDA finds it"
+outu=$(srun -n1 --gpus=1 --gpu-bind-topo=closest,uuid,verbose sh -c 'echo "CVD=$CUDA_VISIBLE_DEVICES CD=$GPUBIND_CUDA_DEVICES"; '"$work/cudaprobe" 2>&1)
+echo "$outu"
+check "uuid: CUDA_VISIBLE_DEVICES is $gpu_uuid, GPUBIND_CUDA_DEVICES 0" grep -qiE "^CVD=${gpu_uuid} CD=0\$" <<<"$outu"
+check "uuid: the mapping line lists $gpu_uuid" grep -qiE "gpubind: task 0 \(rank 0\): CUDA_VISIBLE_DEVICES=${gpu_uuid} -> GPU" <<<"$outu"
+check "uuid: CUDA in the task sees exactly 1 device, bus $gpu_bus" grep -qiE "count=1 err=none dev0=${gpu_bus}/" <<<"$outu"
 echo "--- a job without GPUs"
 srun -n1 --gres=none "$work/cudaprobe" | tee "$work/nogpu.txt"
 check "a step with --gres=none sees no device" grep -q "count=0" "$work/nogpu.txt"

@@ -146,9 +146,11 @@ func parseLine(t *gpubind.Table, key, rest string, seen map[string]bool) error {
 		}
 		t.Messages = append(t.Messages, rest)
 	case "mode":
+		// Written by engines before the line was dropped; checked and ignored, as the
+		// plugin does (rule/table.c line_mode).
 		if err = once(); err == nil {
 			if err = want(1); err == nil {
-				if t.Mode, err = gpubind.ParseMode(f[0]); err != nil {
+				if _, err = gpubind.ParseMode(f[0]); err != nil {
 					err = fmt.Errorf("%q: want enforce or optional", trunc(f[0]))
 				}
 			}
@@ -364,8 +366,8 @@ func parseLine(t *gpubind.Table, key, rest string, seen map[string]bool) error {
 
 // validate checks cross-line consistency after parsing.
 func validate(t *gpubind.Table, seen map[string]bool) error {
-	if !seen["status"] || !seen["mode"] {
-		return errors.New("status or mode line missing")
+	if !seen["status"] {
+		return errors.New("status line missing")
 	}
 	if t.Status == gpubind.StatusError {
 		return nil
