@@ -486,3 +486,50 @@ func TestAMDUUIDFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestAMDMI300XSPX: an MI300X platform in SPX mode (one KFD node per GPU, PCIe to the
+// CPU, XGMI weight 15 between every pair) reads like the snapshot, and closest puts each
+// task on a GPU of its socket.
+func TestAMDMI300XSPX(t *testing.T) {
+	got, err := gpubind.DiscoverSysfs(fixtures.Root("mi300x-spx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := snapshot(t, "mi300x-spx")
+	if len(got.GPUs) != 8 || len(got.NUMA) != 2 {
+		t.Fatalf("%d GPUs, %d NUMA nodes", len(got.GPUs), len(got.NUMA))
+	}
+	for i, g := range got.GPUs {
+		w := want.GPUs[i]
+		if g.BusID != fixtures.MI300XBus[i] || g.Index != i || g.NUMA != i/4 || g.Minor != 128+i || g.UUID != w.UUID ||
+			g.Name != "AMD Instinct MI300X" || !reflect.DeepEqual(g.XGMI, w.XGMI) || len(g.XGMI) != 7 {
+			t.Errorf("GPU %d:\n got %+v\nwant %+v", i, g, w)
+		}
+		for j := range got.GPUs {
+			if l := got.GPULink(i, j); i != j && l.XGMI != 15 {
+				t.Errorf("GPU %d-%d: %+v", i, j, l)
+			}
+		}
+	}
+	req := gpubind.PlanRequest{Topo: got, Tasks: 4, Option: "closest", Gres: &gpubind.GresConf{AutoDetect: "rsmi"}, GresFrom: "test", Numbering: gpubind.NumberingGlobal}
+	tab, err := gpubind.Plan(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for L, r := range applyRule(t, tab, 4, "0;96;1;97") {
+		g := tab.GPUs[r.GPUs[0]]
+		if env := envMap(r); g.NUMA != L%2 || env["ROCR_VISIBLE_DEVICES"] != strconv.Itoa(g.NVMLIndex) || env["HIP_VISIBLE_DEVICES"] != "0" {
+			t.Errorf("task %d (NUMA %d): GPU %d NUMA %d, env %v", L, L%2, g.NVMLIndex, g.NUMA, r.Env)
+		}
+	}
+}
+
+// TestAMDMI300XCPXRefused: in CPX mode the partitions of a GPU are KFD nodes sharing its
+// bus id and unique_id, with the partition id in location_id; gpubind does not bind
+// partitions yet and says so, naming the GPU, rather than reading them as whole GPUs.
+func TestAMDMI300XCPXRefused(t *testing.T) {
+	_, err := gpubind.DiscoverSysfs(fixtures.Root("mi300x-cpx"))
+	if err == nil || !strings.Contains(err.Error(), "KFD nodes 2 and 3 share the GPU at 0000:05:00.0") || !strings.Contains(err.Error(), "use SPX mode") {
+		t.Errorf("CPX: %v", err)
+	}
+}
