@@ -533,3 +533,29 @@ func TestAMDMI300XCPXRefused(t *testing.T) {
 		t.Errorf("CPX: %v", err)
 	}
 }
+
+// TestAMDBesideNVIDIA: a node with NVIDIA GPUs and an AMD GPU in KFD (an integrated GPU,
+// which Slurm does not manage) reads as the NVIDIA node it was: the AMD GPU neither joins
+// nor shifts the NVIDIA indices.
+func TestAMDBesideNVIDIA(t *testing.T) {
+	root := t.TempDir()
+	copyTree(t, fixtures.Root("dgxh100"), root)
+	kfd := "sys/devices/virtual/kfd"
+	copyTree(t, filepath.Join(fixtures.Root("frontier"), kfd), filepath.Join(root, kfd))
+	got, err := gpubind.DiscoverSysfs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := gpubind.DiscoverSysfs(fixtures.Root("dgxh100"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.IsAMD() || len(got.GPUs) != len(want.GPUs) || got.Driver != want.Driver {
+		t.Fatalf("%d GPUs (AMD %v, driver %q), want the %d NVIDIA GPUs", len(got.GPUs), got.IsAMD(), got.Driver, len(want.GPUs))
+	}
+	for i := range got.GPUs {
+		if g, w := got.GPUs[i], want.GPUs[i]; g.BusID != w.BusID || g.Index != w.Index || g.Minor != w.Minor || g.UUID != w.UUID {
+			t.Errorf("GPU %d: %+v, want %+v", i, g, w)
+		}
+	}
+}
