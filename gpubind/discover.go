@@ -101,6 +101,8 @@ func Discover(o DiscoverOptions) (topo *Topology, notes []string, err error) {
 			return sys, []string{"nvml skipped: " + nerr.Error()}, nil
 		case serr != nil:
 			return nv, []string{"sysfs skipped: " + serr.Error()}, nil
+		case len(nv.GPUs) == 0 && sys.IsAMD():
+			return sys, []string{"nvml lists no GPU: AMD GPUs from sysfs (KFD)"}, nil
 		}
 		return Merge(nv, sys), nil, nil
 	}

@@ -50,7 +50,8 @@ func FormatTopo(t *Topology) string {
 	}
 	tw.Flush()
 	b.WriteString("\nLegend: X self, SYS across NUMA nodes, NODE across host bridges in a NUMA node, PHB through a host bridge,\n" +
-		"        PXB through several PCIe bridges, PIX through at most one PCIe switch, NV# bonded set of # NVLinks\n\n")
+		"        PXB through several PCIe bridges, PIX through at most one PCIe switch, NV# bonded set of # NVLinks\n" +
+		"        XGMI# AMD XGMI link of KFD weight # (15 per hop)\n\n")
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "GPU\tMINOR\tPCI BUS ID\tUUID\tNUMA\tCPUS\tNIC\tMIG\tFABRIC\tSOURCES")
 	for i, g := range t.GPUs {

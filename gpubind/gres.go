@@ -229,6 +229,25 @@ func DeviceMinor(path string) (int, error) {
 	return int(unix.Minor(uint64(st.Rdev))), nil
 }
 
+// gresDeviceMinor is the minor number of a gres.conf File=: an NVIDIA device node
+// (DeviceMinor), or on a node with AMD GPUs a render node /dev/dri/renderD<minor>
+// (major 226, minor 128 and up); amd says which.
+func gresDeviceMinor(t *Topology, path string) (minor int, amd bool, err error) {
+	if !t.IsAMD() {
+		minor, err = DeviceMinor(path)
+		return minor, false, err
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return -1, true, fmt.Errorf("GPU device %s: %w", path, err)
+	}
+	maj, min := unix.Major(uint64(st.Rdev)), unix.Minor(uint64(st.Rdev))
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR || maj != drmMajor || min < 128 {
+		return -1, true, fmt.Errorf("GPU device %s is not a DRM render node (want a character device of major %d, minor 128 or more: /dev/dri/renderD<minor>)", path, drmMajor)
+	}
+	return int(min), true, nil
+}
+
 // GresMap maps GRES indices to GPUs (as topology indices). Index i is GRES index i.
 type GresMap struct {
 	GPUs []int // index into Topology.GPUs
@@ -264,13 +283,13 @@ func BuildGresMap(t *Topology, gc *GresConf, from string) (*GresMap, error) {
 	}
 	m := &GresMap{Source: "gres.conf " + from, Managed: true}
 	for idx, f := range gc.Files {
-		minor, err := DeviceMinor(f)
+		minor, amd, err := gresDeviceMinor(t, f)
 		if err != nil {
 			return nil, fmt.Errorf("GRES index %d (%s): %w", idx, from, err)
 		}
 		g := -1
 		for i := range t.GPUs {
-			if t.GPUs[i].Minor == minor {
+			if t.GPUs[i].Minor == minor && t.GPUs[i].IsAMD() == amd {
 				g = i
 			}
 		}

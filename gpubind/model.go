@@ -32,13 +32,15 @@ type Topology struct {
 
 // GPU is one physical GPU.
 type GPU struct {
-	Index  int    `json:"index"`            // NVML index (PCI order)
-	Minor  int    `json:"minor"`            // /dev/nvidiaN minor, -1 unknown
-	Device string `json:"device,omitempty"` // /dev/nvidiaN
+	Index  int    `json:"index"`            // NVML index (PCI order); AMD: ROCr's (KFD order)
+	Minor  int    `json:"minor"`            // /dev/nvidiaN minor (AMD: render minor), -1 unknown
+	Device string `json:"device,omitempty"` // /dev/nvidiaN (AMD: /dev/dri/renderD<minor>)
 	UUID   string `json:"uuid,omitempty"`   // GPU-...
 	BusID  string `json:"pci_bus_id"`       // normalised 0000:1b:00.0
 	Name   string `json:"name,omitempty"`
 	NUMA   int    `json:"numa"` // -1 none; always a node with CPUs when one is known
+	// Vendor is "" for NVIDIA and VendorAMD for an AMD Instinct GPU (amd.go).
+	Vendor string `json:"vendor,omitempty"`
 	// MemoryNUMA are CPU-less NUMA nodes that hold the GPU's own memory (Grace: GH200,
 	// GB200), which NVML reports as the GPU's NUMA node; never used for CPU binding.
 	MemoryNUMA []int  `json:"memory_numa,omitempty"`
@@ -48,7 +50,10 @@ type GPU struct {
 	PCIPath []string `json:"pci_path,omitempty"`
 	// NVLinks maps a peer GPU's bus id to the number of NVLinks joining them.
 	NVLinks map[string]int `json:"nvlinks,omitempty"`
-	MIG     []MIGDevice    `json:"mig,omitempty"`
+	// XGMI maps a peer GPU's bus id to the KFD io_link weight of the XGMI link joining
+	// them (AMD: 15 x hops); lower is closer.
+	XGMI map[string]int `json:"xgmi,omitempty"`
+	MIG  []MIGDevice    `json:"mig,omitempty"`
 	// Fabric is the multi-node NVLink fabric state (NVML only; nil when unknown).
 	Fabric *Fabric `json:"fabric,omitempty"`
 	// Source names the backend that supplied each fact ("uuid", "minor", "numa", ...).
@@ -217,6 +222,9 @@ func (t *Topology) Normalize() error {
 		} else {
 			g.NVLinks = nil
 		}
+		if err := g.normalizeXGMI(); err != nil {
+			return err
+		}
 		if g.NUMA < -1 {
 			g.NUMA = -1
 		}
@@ -270,6 +278,9 @@ func (t *Topology) Normalize() error {
 type Link struct {
 	Class   LinkClass
 	NVLinks int // for ClassNV
+	// XGMI is the KFD weight of an AMD XGMI link (ClassNV with NVLinks 0; 15 x hops):
+	// lower is closer.
+	XGMI int
 }
 
 // LinkClass orders the classes from best (NV) to worst (SYS).
@@ -291,6 +302,9 @@ func (l Link) String() string {
 	case ClassSelf:
 		return "X"
 	case ClassNV:
+		if l.XGMI > 0 {
+			return "XGMI" + strconv.Itoa(l.XGMI)
+		}
 		return "NV" + strconv.Itoa(l.NVLinks)
 	case ClassPIX:
 		return "PIX"
@@ -308,6 +322,9 @@ func (l Link) String() string {
 func (l Link) Better(o Link) bool {
 	if l.Class != o.Class {
 		return l.Class < o.Class
+	}
+	if l.XGMI > 0 && o.XGMI > 0 {
+		return l.XGMI < o.XGMI
 	}
 	return l.NVLinks > o.NVLinks
 }
@@ -346,6 +363,9 @@ func (t *Topology) GPULink(i, j int) Link {
 	}
 	if n := b.NVLinks[a.BusID]; n > 0 {
 		return Link{Class: ClassNV, NVLinks: n}
+	}
+	if w := xgmiWeight(a, b); w > 0 {
+		return Link{Class: ClassNV, XGMI: w}
 	}
 	return Link{Class: pciClass(a.PCIPath, b.PCIPath, a.NUMA, b.NUMA)}
 }

@@ -31,6 +31,9 @@ func BuildTable(in PlanInput) (*Table, error) {
 		Share: 1, PerTask: 1, NTasks: in.Tasks, NUMAGPUs: map[int][]int{},
 	}
 	tab.Messages = append(tab.Messages, st.Notes...)
+	if t.IsAMD() {
+		tab.Vendor = VendorAMD
+	}
 	for _, n := range t.NUMA {
 		tab.NUMA = append(tab.NUMA, TableNUMA(n))
 	}
@@ -45,7 +48,7 @@ func BuildTable(in PlanInput) (*Table, error) {
 		}
 		tab.GPUs = append(tab.GPUs, TableGPU{
 			ID: id, Visible: sg.Visible, NVMLIndex: g.Index, Minor: g.Minor, BusID: g.BusID,
-			UUID: uuid, NUMA: g.NUMA, NIC: rt.nicPort(rt.ClosestNIC(sg.Topo)), Dev: devPath(sg, g.Minor),
+			UUID: uuid, NUMA: g.NUMA, NIC: rt.nicPort(rt.ClosestNIC(sg.Topo)), Dev: devPath(sg, g),
 		})
 	}
 	tab.NICs = railSet(rt, in.Rails, tab.GPUs)
@@ -413,13 +416,15 @@ func mapEntry(t *Topology, st *Step, e string) (int, error) {
 }
 
 // devPath is the device node of a step GPU: gres.conf's File= (what Slurm constrains), else
-// the driver's /dev/nvidiaN when the minor is known.
-func devPath(sg StepGPU, minor int) string {
+// the driver's /dev/nvidiaN when the minor is known (AMD: the render node).
+func devPath(sg StepGPU, g *GPU) string {
 	switch {
 	case sg.Dev != "" && !strings.ContainsAny(sg.Dev, " \t\r\n"): // one table field
 		return sg.Dev
-	case minor >= 0:
-		return "/dev/nvidia" + strconv.Itoa(minor)
+	case g.Minor >= 0 && g.IsAMD():
+		return "/dev/dri/renderD" + strconv.Itoa(g.Minor)
+	case g.Minor >= 0:
+		return "/dev/nvidia" + strconv.Itoa(g.Minor)
 	}
 	return ""
 }

@@ -49,12 +49,20 @@ func Plan(r PlanRequest) (*Table, error) {
 		}
 		return nil, fmt.Errorf("cannot map Slurm's GPU numbers (GRES indices) to GPUs: %s; give the plugin gres_conf= or run in mode=optional", why)
 	}
+	dropped, err := amdIsolate(r.Topo, &opt, r.Mode)
+	if err != nil {
+		return nil, err
+	}
 	tab, err := BuildTable(PlanInput{Topo: r.Topo, Step: st, Tasks: r.Tasks, Option: opt, Rails: r.Rails})
 	if err != nil {
 		return nil, err
 	}
 	if st.Unknown {
 		tab.Status = StatusWarn
+	}
+	if dropped != "" {
+		tab.Status = StatusWarn
+		tab.Messages = append(tab.Messages, dropped)
 	}
 	return tab, nil
 }

@@ -367,6 +367,9 @@ func (r *stepResolver) collect() error {
 	}
 	sort.SliceStable(st.GPUs, func(i, j int) bool {
 		a, b := st.GPUs[i], st.GPUs[j]
+		if a.Topo != b.Topo && t.IsAMD() {
+			return t.GPUs[a.Topo].Index < t.GPUs[b.Topo].Index // ROCr's order: KFD order
+		}
 		if a.Topo != b.Topo {
 			return t.GPUs[a.Topo].BusID < t.GPUs[b.Topo].BusID
 		}

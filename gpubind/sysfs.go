@@ -34,6 +34,7 @@ func rootPath(root string, elem ...string) string {
 // NVIDIA PCI devices of class 0x0302/0x0300 with numa_node, local_cpulist and their
 // bridge chain; /sys/class/infiniband; /sys/devices/system/node; and minor numbers and
 // UUIDs from /proc/driver/nvidia/gpus/*/information. NVLinks and MIG are not in sysfs.
+// On a node without NVIDIA GPUs it reads AMD GPUs from the KFD topology (amd.go).
 func DiscoverSysfs(root string) (*Topology, error) {
 	sysRoot := rootPath(root, "sys")
 	sfs, err := sysfs.NewFS(sysRoot)
@@ -67,17 +68,9 @@ func DiscoverSysfs(root string) (*Topology, error) {
 			g.NUMA = int(*d.NumaNode)
 		}
 		g.setSource("numa", BackendSysfs)
-		devDir := rootPath(root, "sys", "bus", "pci", "devices", bus)
-		if s, err := readTrim(filepath.Join(devDir, "local_cpulist")); err == nil {
-			if g.CPUs, err = ParseCPUList(s); err != nil {
-				return nil, fmt.Errorf("%s/local_cpulist: %w", devDir, err)
-			}
-			g.setSource("cpus", BackendSysfs)
-		}
-		if g.PCIPath, err = pciPath(devDir); err != nil {
+		if err := g.readPCIPlace(rootPath(root, "sys", "bus", "pci", "devices", bus)); err != nil {
 			return nil, err
 		}
-		g.setSource("pci_path", BackendSysfs)
 		if info, ok := infos[bus]; ok {
 			g.Minor, g.UUID, g.Name = info.minor, info.uuid, info.model
 			if g.Minor >= 0 {
@@ -97,6 +90,16 @@ func DiscoverSysfs(root string) (*Topology, error) {
 		return nil, err
 	}
 	topo.Driver = DriverVersion(root)
+	// AMD GPUs only where there is no NVIDIA GPU: an AMD integrated GPU beside NVIDIA
+	// cards is not one Slurm manages, and must not shift the NVIDIA indices.
+	if len(topo.GPUs) == 0 {
+		if topo.GPUs, err = discoverAMD(root, topo.NUMA); err != nil {
+			return nil, err
+		}
+		if len(topo.GPUs) > 0 {
+			topo.Driver = AMDDriverVersion(root)
+		}
+	}
 	if h, err := readTrim(rootPath(root, "proc", "sys", "kernel", "hostname")); err == nil {
 		topo.Host = h
 	}
@@ -104,6 +107,23 @@ func DiscoverSysfs(root string) (*Topology, error) {
 		return nil, fmt.Errorf("sysfs under %s: %w", rootPath(root), err)
 	}
 	return topo, nil
+}
+
+// readPCIPlace reads the GPU's local CPUs (local_cpulist) and bridge chain from its PCI
+// function's sysfs directory devDir.
+func (g *GPU) readPCIPlace(devDir string) error {
+	if s, err := readTrim(filepath.Join(devDir, "local_cpulist")); err == nil {
+		if g.CPUs, err = ParseCPUList(s); err != nil {
+			return fmt.Errorf("%s/local_cpulist: %w", devDir, err)
+		}
+		g.setSource("cpus", BackendSysfs)
+	}
+	var err error
+	if g.PCIPath, err = pciPath(devDir); err != nil {
+		return err
+	}
+	g.setSource("pci_path", BackendSysfs)
+	return nil
 }
 
 func pciName(l sysfs.PciDeviceLocation) string {
@@ -297,14 +317,23 @@ func discoverNICs(root string) ([]NIC, error) {
 	return nics, nil
 }
 
-func discoverNUMA(root string) ([]NUMANode, error) {
-	dir := rootPath(root, "sys", "devices", "system", "node")
+// readDirIfAny lists dir: nil for a missing one, an error naming it for others.
+func readDirIfAny(dir string) ([]os.DirEntry, error) {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", dir, err)
+	}
+	return ents, nil
+}
+
+func discoverNUMA(root string) ([]NUMANode, error) {
+	dir := rootPath(root, "sys", "devices", "system", "node")
+	ents, err := readDirIfAny(dir)
+	if err != nil {
+		return nil, err
 	}
 	var nodes []NUMANode
 	for _, e := range ents {

@@ -58,6 +58,9 @@ type Table struct {
 	// NoCache: the plan depends on state that changes without a file changing (the
 	// NVLink fabric); a "depends ?" line keeps the plugin's plan cache from reusing it.
 	NoCache bool
+	// Vendor is VendorAMD for AMD GPUs ("vendor amd" line: the rule sets
+	// ROCR_VISIBLE_DEVICES); "" for NVIDIA (no line).
+	Vendor string
 }
 
 // TableNUMA is a "numa" line.
@@ -145,6 +148,9 @@ func (t *Table) Encode(w io.Writer) error {
 		add("share %d", t.Share)
 		add("per_task %d", t.PerTask)
 		add("ntasks %d", t.NTasks)
+		if t.Vendor != "" {
+			add("vendor %s", t.Vendor)
+		}
 		if t.Visible != "" && t.Visible != VisibleOwn {
 			add("visible %s", t.Visible)
 		}

@@ -670,6 +670,17 @@ static int line_imex(struct parser *ps, char **f, int nf)
 	return gb_imex_line(ps->t, f, nf);
 }
 
+/* vendor amd|nvidia: whose GPUs the gpu lines are (no line: NVIDIA). */
+static int line_vendor(struct parser *ps, char **f, int nf)
+{
+	(void) nf;
+	if (!strcmp(f[1], "amd"))
+		ps->t->amd = 1;
+	else if (strcmp(f[1], "nvidia"))
+		return LINE_MALFORMED;
+	return 0;
+}
+
 /* The line types of PROTOCOL.md section 2 but "message", by first field. */
 static const struct line_type {
 	const char *name;
@@ -695,6 +706,7 @@ static const struct line_type {
 	{ "near", 3, 3, line_near },
 	{ "fabric", 7, 7, line_fabric },
 	{ "imex", 2, 2, line_imex },
+	{ "vendor", 2, 2, line_vendor },
 };
 
 /* One line (NUL-terminated, without its newline), by its type. */
@@ -1240,7 +1252,14 @@ static int is_number(const char *s)
 	return 1;
 }
 
-/* CUDA's number for GPU id among the GPUs the task can open (PCI order). */
+/* Whether GPU o comes before g in ROCr's order (KFD order, the nvml field). */
+static int amd_before(const struct gb_gpu *o, const struct gb_gpu *g)
+{
+	return o->nvml < g->nvml;
+}
+
+/* CUDA's number for GPU id among the GPUs the task can open (PCI order; on
+ * AMD ROCr's, in KFD order). */
 static int cuda_number(const struct gb_table *t, int id)
 {
 	const struct gb_gpu *g = &t->gpus[id];
@@ -1248,7 +1267,8 @@ static int cuda_number(const struct gb_table *t, int id)
 
 	for (int i = 0; i < t->ngpus; i++) {
 		const struct gb_gpu *o = &t->gpus[i];
-		int before = (g->busid[0] && o->busid[0])
+		int before = t->amd ? amd_before(o, g) :
+			     (g->busid[0] && o->busid[0])
 				     ? strcmp(o->busid, g->busid) < 0
 				     : i < id;
 
@@ -1563,6 +1583,54 @@ static int env_value(const struct gb_table *t, const struct gb_result *r,
 	return 1;
 }
 
+/* ---- AMD: ROCR_VISIBLE_DEVICES and what HIP reads relative to it ---------- */
+
+/* The variables gb_amd_env sets in place of CUDA_VISIBLE_DEVICES and
+ * CUDA_DEVICE_ORDER. */
+static int amd_replaces(enum env_var v)
+{
+	return v == ENV_CUDA_VISIBLE || v == ENV_DEVICE_ORDER;
+}
+
+/*
+ * ROCR_VISIBLE_DEVICES gets the task's list (ROCr indices, KFD order; ROCr
+ * applies it first). HIP then numbers what ROCr shows from 0, and reads
+ * HIP_VISIBLE_DEVICES, else CUDA_VISIBLE_DEVICES, relative to that, as the
+ * OpenCL runtime reads GPU_DEVICE_ORDINAL: all three become 0..n-1, so
+ * that a value Slurm left (CUDA_VISIBLE_DEVICES=4,5) cannot hide the task's
+ * GPUs from HIP, and tools that count GPUs from any of them agree.
+ */
+static int gb_amd_env(const struct gb_table *t, const struct gb_result *r,
+		      gb_env_set set, void *ctx, char *val, size_t len)
+{
+	static const char *const relative[] = {
+		"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL",
+	};
+	struct sbuf b = { val, len, 0, 0 };
+	int rc;
+
+	val[0] = '\0';
+	for (int i = 0; i < r->ngpus; i++) {
+		char vis[sizeof(t->gpus[0].visible)];
+
+		visible_of(t, r, i, vis, sizeof(vis));
+		sb_add(&b, "%s%s", i ? "," : "", vis);
+	}
+	if (b.bad)
+		return -1;
+	if ((rc = set(ctx, "ROCR_VISIBLE_DEVICES", val, 1)))
+		return rc;
+	b.off = 0;
+	for (int i = 0; i < r->ngpus; i++)
+		sb_add(&b, "%s%d", i ? "," : "", i);
+	if (b.bad)
+		return -1;
+	for (size_t k = 0; k < sizeof(relative) / sizeof(relative[0]); k++)
+		if ((rc = set(ctx, relative[k], val, 1)))
+			return rc;
+	return 0;
+}
+
 int gb_result_env(const struct gb_table *t, const struct gb_result *r,
 		  gb_env_set set, void *ctx)
 {
@@ -1570,10 +1638,18 @@ int gb_result_env(const struct gb_table *t, const struct gb_result *r,
 
 	if (!r->ngpus)
 		return 0;
+	if (t->amd) {
+		int rc = gb_amd_env(t, r, set, ctx, val, sizeof(val));
+
+		if (rc)
+			return rc;
+	}
 	for (int v = 0; v < ENV_COUNT; v++) {
 		struct sbuf b = { val, sizeof(val), 0, 0 };
 		int rc;
 
+		if (t->amd && amd_replaces((enum env_var) v))
+			continue;
 		val[0] = '\0';
 		if (!env_value(t, r, (enum env_var) v, &b))
 			continue;
@@ -1597,7 +1673,8 @@ int gb_result_logline(const struct gb_table *t, const struct gb_result *r,
 		sb_add(&b, "task %d (rank %ld): no GPU", lid, rank);
 		return b.bad ? -1 : 0;
 	}
-	sb_add(&b, "task %d (rank %ld): CUDA_VISIBLE_DEVICES=", lid, rank);
+	sb_add(&b, "task %d (rank %ld): %s=", lid, rank,
+	       t->amd ? "ROCR_VISIBLE_DEVICES" : "CUDA_VISIBLE_DEVICES");
 	for (int i = 0; i < r->ngpus; i++) {
 		char v[sizeof(t->gpus[0].visible)];
 

@@ -120,6 +120,9 @@ struct gb_table {
 	unsigned char *bind_valid;
 	/* "fabric" and "imex" lines (fabric.h); NULL when there are none. */
 	struct gb_fabric *fabric;
+	/* "vendor amd" line: AMD GPUs. visible values are ROCr indices (KFD
+	 * order) for ROCR_VISIBLE_DEVICES; the "nvml" field is the KFD index. */
+	int amd;
 };
 
 /*
@@ -317,7 +320,10 @@ void gb_format_cpulist(const cpu_set_t *set, char *buf, size_t len);
  * nonzero return, which it returns; -1 when a value is longer than
  * GB_ENV_VALUE_MAX. gb_result_logline fills buf with the log line of task
  * lid (global id rank), without the "gpubind: " prefix: 0, or -1 when buf
- * is too small.
+ * is too small. On AMD ("vendor amd") the task's list goes into
+ * ROCR_VISIBLE_DEVICES, and CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES and
+ * GPU_DEVICE_ORDINAL become 0..n-1, which HIP reads relative to what ROCr
+ * shows (docs/admin.md "AMD Instinct GPUs"); CUDA_DEVICE_ORDER is not set.
  */
 #define GB_ENV_VALUE_MAX 8192
 typedef int (*gb_env_set)(void *ctx, const char *name, const char *value,

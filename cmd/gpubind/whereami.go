@@ -57,7 +57,7 @@ type whereGPU struct {
 }
 
 // whereEnv lists the variables whereami reports when they are set.
-var whereEnv = []string{"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GPUBIND_GPUS", "GPUBIND_PCI_BUS_IDS",
+var whereEnv = []string{"ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GPUBIND_GPUS", "GPUBIND_PCI_BUS_IDS",
 	"GPUBIND_UUIDS", "GPUBIND_NUMA", "GPUBIND_CUDA_DEVICES", "GPUBIND_NIC", "NCCL_IB_HCA", "UCX_NET_DEVICES",
 	"SLURM_STEP_GPUS", "SLURM_JOB_GPUS"}
 
@@ -176,12 +176,17 @@ func whereami(root, dev string, lookup func(string) (string, bool), self bool, n
 	if err != nil {
 		return nil, err
 	}
-	usable, err := cudavis.ScanDev(root, dev, nil)
-	if err != nil {
-		return nil, err
-	}
+	amd := topo.IsAMD()
+	var usable, vis []cudavis.GPU
 	cvd, set := lookup("CUDA_VISIBLE_DEVICES")
-	vis, err := cudavis.Visible(usable, cvd, set)
+	if amd {
+		// HIP: ROCR_VISIBLE_DEVICES, then HIP's variables relative to it (whereami_amd.go).
+		usable, vis, err = amdVisible(topo, dev, lookup)
+	} else {
+		if usable, err = cudavis.ScanDev(root, dev, nil); err == nil {
+			vis, err = cudavis.Visible(usable, cvd, set)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +199,7 @@ func whereami(root, dev string, lookup func(string) (string, bool), self bool, n
 		if i, ok := byBus[g.BusID]; ok && g.BusID != "" {
 			wg.Index, wg.NUMA = topo.GPUs[i].Index, topo.GPUs[i].NUMA
 		}
-		if g.Minor >= 0 {
+		if g.Minor >= 0 && !amd { // amdVisible keeps only the render nodes it can open
 			err := cudavis.Access(filepath.Join(dev, "nvidia"+strconv.Itoa(g.Minor)))
 			wg.Openable = !errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.EACCES)
 		}
@@ -203,10 +208,14 @@ func whereami(root, dev string, lookup func(string) (string, bool), self bool, n
 		}
 		rep.GPUs = append(rep.GPUs, wg)
 	}
-	if len(vis) > 1 && getenv("CUDA_DEVICE_ORDER") != "PCI_BUS_ID" {
+	if len(vis) > 1 && !amd && getenv("CUDA_DEVICE_ORDER") != "PCI_BUS_ID" {
 		warn("CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA may number the %d visible GPUs in another order than shown", len(vis))
 	}
-	if len(vis) == 0 {
+	switch {
+	case len(vis) == 0 && amd:
+		warn("no GPU is visible to HIP (ROCR_VISIBLE_DEVICES=%q, HIP_VISIBLE_DEVICES=%q, CUDA_VISIBLE_DEVICES=%q, %d GPUs can be opened)",
+			getenv("ROCR_VISIBLE_DEVICES"), getenv("HIP_VISIBLE_DEVICES"), cvd, len(usable))
+	case len(vis) == 0:
 		warn("no GPU is visible to CUDA (CUDA_VISIBLE_DEVICES=%q, %d GPUs can be opened)", cvd, len(usable))
 	}
 	if nv != nil {

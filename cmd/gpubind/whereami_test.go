@@ -21,8 +21,14 @@ import (
 // running on cpus, in a Slurm task cgroup.
 func whereRoot(t *testing.T, cpus string) string {
 	t.Helper()
+	return whereRootOf(t, "dgx4nic-2cpu", cpus)
+}
+
+// whereRootOf is whereRoot with another fixture's tree.
+func whereRootOf(t *testing.T, fixture, cpus string) string {
+	t.Helper()
 	root := filepath.Join(t.TempDir(), "node")
-	out, err := exec.Command("cp", "-a", fixtures.Root("dgx4nic-2cpu"), root).CombinedOutput()
+	out, err := exec.Command("cp", "-a", fixtures.Root(fixture), root).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	pd := filepath.Join(root, "proc", "4242")
 	require.NoError(t, os.MkdirAll(pd, 0o755))

@@ -55,8 +55,15 @@ func cacheKey(req *Request) (string, error) {
 	if src == "" {
 		src = gpubind.SourceAuto
 	}
-	return fmt.Sprintf("gpubind-cache 1\nboot=%s\ndriver=%s\nmig=%s\nsource=%s\nroot=%s\nsnapshot=%s\n",
-		strings.TrimSpace(string(boot)), driver, migLayout(req.Root), src, root, snap), nil
+	key := fmt.Sprintf("gpubind-cache 1\nboot=%s\ndriver=%s\nmig=%s\nsource=%s\nroot=%s\nsnapshot=%s\n",
+		strings.TrimSpace(string(boot)), driver, migLayout(req.Root), src, root, snap)
+	// AMD: the KFD topology's generation (it changes when KFD nodes come and go, as on an
+	// MI300 partition mode switch) and the amdgpu version. Only where KFD exists, so
+	// that an NVIDIA node's key stays as it was.
+	if gen := gpubind.KFDGeneration(req.Root); gen != "" {
+		key += fmt.Sprintf("kfd=%s amdgpu=%s\n", gen, gpubind.AMDDriverVersion(req.Root))
+	}
+	return key, nil
 }
 
 // migCaps and migGlobs name the files of the MIG GPU and compute instances the driver

@@ -55,7 +55,7 @@ type Request struct {
 // checks all three agree.
 var envKeys = map[string]bool{
 	"SLURM_STEP_GPUS": true, "SLURM_JOB_GPUS": true, "CUDA_VISIBLE_DEVICES": true,
-	"SLURM_CONF": true, "SLURM_GPU_BIND_TOPO": true,
+	"ROCR_VISIBLE_DEVICES": true, "SLURM_CONF": true, "SLURM_GPU_BIND_TOPO": true,
 }
 
 // ParseRequest parses KEY=VALUE lines. Unknown keys are ignored; a key given twice, a
@@ -231,12 +231,18 @@ func plan(req *Request) (*gpubind.Table, error) {
 	if err != nil {
 		return nil, fmt.Errorf("plugstack %w", err)
 	}
+	cvd := req.env("CUDA_VISIBLE_DEVICES")
+	if cvd == nil && topo.IsAMD() {
+		// gres.conf Flags=amd_gpu_env: Slurm sets ROCR_VISIBLE_DEVICES alone, numbered
+		// as it would number CUDA_VISIBLE_DEVICES.
+		cvd = req.env("ROCR_VISIBLE_DEVICES")
+	}
 	pr := gpubind.PlanRequest{
 		Topo: topo, Tasks: req.LocalTasks, Option: req.Option, Mode: req.Mode,
 		Force: force, Never: never, Rails: rails,
 		Env: gpubind.StepEnv{
 			StepGPUs: req.env("SLURM_STEP_GPUS"), JobGPUs: req.env("SLURM_JOB_GPUS"),
-			CudaVisible: req.env("CUDA_VISIBLE_DEVICES"),
+			CudaVisible: cvd,
 		},
 	}
 	pr.Numbering, pr.Gres, pr.GresFrom, pr.SlurmGres = nc.Numbering, nc.Gres, nc.GresFrom, nc.SlurmGres

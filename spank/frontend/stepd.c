@@ -82,7 +82,7 @@ static struct {
  */
 static const char *const request_env[] = {
 	"SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES",
-	"SLURM_CONF", GB_ENV_OPTION,
+	"ROCR_VISIBLE_DEVICES", "SLURM_CONF", GB_ENV_OPTION,
 };
 
 void gb_stepd_user_init(void)

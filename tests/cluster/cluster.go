@@ -40,6 +40,7 @@ type Config struct {
 	Proctrack        string   // default "proctrack/linuxproc"; "proctrack/cgroup" when TaskPlugin has task/cgroup
 	GPUs             int      // fake GPUs per node, default 8 (mknod c 195 N in the cluster dir)
 	GresOrder        []int    // minor number of each GRES index in gres.conf File= order; default 0..GPUs-1
+	AMD              bool     // fake GPUs are render nodes renderD<128+N> (char 226:128+N) plus a fake kfd (char 241:0)
 	ConstrainDevices bool     // cgroup.conf ConstrainDevices=yes (needs task/cgroup)
 	PlugStack        []string // lines of plugstack.conf (e.g. "required /path/spank_gpubind.so root=...")
 	GresConf         []string // gres.conf lines replacing the generated ones; @DEV@ stands for DevDir
@@ -211,7 +212,13 @@ func start(cfg Config) (_ *Cluster, err error) {
 		}
 	}
 	for _, m := range cfg.GresOrder {
-		if err := mknodGPU(c.DevDir, m); err != nil {
+		if err := mknodGPU(c.DevDir, m, cfg.AMD); err != nil {
+			return c, err
+		}
+	}
+	if cfg.AMD && len(cfg.GresOrder) > 0 {
+		// The real /dev/kfd's major is dynamic; 241 is a local/experimental one.
+		if err := mknodChar(filepath.Join(c.DevDir, "kfd"), 241, 0); err != nil {
 			return c, err
 		}
 	}
@@ -282,11 +289,25 @@ func devTempDir() string {
 	return d
 }
 
-func mknodGPU(devDir string, minor int) error {
-	p := filepath.Join(devDir, fmt.Sprintf("nvidia%d", minor))
-	const nvidiaMajor = 195
-	if err := syscall.Mknod(p, syscall.S_IFCHR|0o666, nvidiaMajor<<8|minor); err != nil {
-		return fmt.Errorf("cluster: mknod %s c %d %d: %w", p, nvidiaMajor, minor, err)
+// GPUDevice is the name of fake GPU n in DevDir: nvidia<n>, or renderD<128+n> (AMD).
+func GPUDevice(n int, amd bool) string {
+	if amd {
+		return fmt.Sprintf("renderD%d", 128+n)
+	}
+	return fmt.Sprintf("nvidia%d", n)
+}
+
+func mknodGPU(devDir string, minor int, amd bool) error {
+	const nvidiaMajor, drmMajor = 195, 226
+	if amd {
+		return mknodChar(filepath.Join(devDir, GPUDevice(minor, true)), drmMajor, 128+minor)
+	}
+	return mknodChar(filepath.Join(devDir, GPUDevice(minor, false)), nvidiaMajor, minor)
+}
+
+func mknodChar(p string, major, minor int) error {
+	if err := syscall.Mknod(p, syscall.S_IFCHR|0o666, major<<8|minor); err != nil {
+		return fmt.Errorf("cluster: mknod %s c %d %d: %w", p, major, minor, err)
 	}
 	if err := os.Chmod(p, 0o666); err != nil {
 		return fmt.Errorf("cluster: chmod %s: %w", p, err)

@@ -309,6 +309,18 @@ func parseLine(t *gpubind.Table, key, rest string, seen map[string]bool) error {
 			fb.Status, fb.CliqueID = uint32(st), uint32(cl)
 			t.Fabric = append(t.Fabric, fb)
 		}
+	case "vendor":
+		if err = once(); err == nil {
+			if err = want(1); err == nil {
+				switch f[0] {
+				case gpubind.VendorAMD:
+					t.Vendor = f[0]
+				case "nvidia":
+				default:
+					err = fmt.Errorf("%q: want amd or nvidia", f[0])
+				}
+			}
+		}
 	case "imex":
 		if err = once(); err == nil {
 			if err = want(1); err == nil {

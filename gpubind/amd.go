@@ -1,0 +1,321 @@
+package gpubind
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// AMD Instinct GPUs from sysfs alone (no ROCm library): the KFD topology
+// (/sys/devices/virtual/kfd/kfd/topology/nodes/N) and the amdgpu PCI devices. See
+// docs/admin.md "AMD Instinct GPUs" for what is read and why.
+
+// VendorAMD is GPU.Vendor for an AMD GPU.
+const VendorAMD = "amd"
+
+const (
+	amdVendor = 0x1002
+	// drmMajor is the character-device major number of /dev/dri/renderD<minor>.
+	drmMajor = 226
+	// KFD io_link types (kfd_topology.h / hsakmttypes.h): PCIe and XGMI.
+	kfdLinkPCIe = 2
+	kfdLinkXGMI = 11
+)
+
+// kfdTopologyDir is the KFD topology below the sysfs root.
+var kfdTopologyDir = []string{"devices", "virtual", "kfd", "kfd", "topology", "nodes"}
+
+// IsAMD reports whether the GPU is an AMD GPU.
+func (g *GPU) IsAMD() bool { return g.Vendor == VendorAMD }
+
+// IsAMD reports whether the topology's GPUs are AMD GPUs (a node is one or the other:
+// DiscoverSysfs reads AMD GPUs only where it finds no NVIDIA GPU).
+func (t *Topology) IsAMD() bool { return len(t.GPUs) > 0 && t.GPUs[0].IsAMD() }
+
+// AMDUUID is the UUID of a KFD unique_id as ROCr's ROCR_VISIBLE_DEVICES filter matches
+// it: "GPU-" and 16 upper-case hex digits (ROCr compares tokens case-sensitively with
+// this form; rocminfo prints the same digits in lower case). 0 (no UUID) gives "".
+func AMDUUID(uniqueID uint64) string {
+	if uniqueID == 0 {
+		return ""
+	}
+	return fmt.Sprintf("GPU-%016X", uniqueID)
+}
+
+// kfdNode is one node of the KFD topology.
+type kfdNode struct {
+	id    int
+	props map[string]uint64
+	name  string
+	links []kfdLink
+}
+
+type kfdLink struct {
+	typ, to, weight int
+}
+
+func (n *kfdNode) isGPU() bool { return n.props["simd_count"] > 0 }
+
+// readKFDProperties parses a KFD "properties" file: one "name value" pair per line,
+// values unsigned decimal.
+func readKFDProperties(path string) (map[string]uint64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]uint64{}
+	for i, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if len(f) != 2 {
+			return nil, fmt.Errorf("%s line %d: %q is not \"NAME VALUE\"", path, i+1, line)
+		}
+		v, err := strconv.ParseUint(f[1], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s line %d: %s=%q is not an unsigned number", path, i+1, f[0], f[1])
+		}
+		out[f[0]] = v
+	}
+	return out, nil
+}
+
+// readKFDNodes reads the KFD topology under root, nodes in id order. No KFD (no amdgpu
+// driver) gives nil.
+func readKFDNodes(root string) ([]kfdNode, error) {
+	dir := rootPath(root, append([]string{"sys"}, kfdTopologyDir...)...)
+	ents, err := readDirIfAny(dir)
+	if err != nil {
+		return nil, err
+	}
+	var nodes []kfdNode
+	for _, e := range ents {
+		id, err := strconv.Atoi(e.Name())
+		if err != nil || id < 0 {
+			continue
+		}
+		nd := filepath.Join(dir, e.Name())
+		props, err := readKFDProperties(filepath.Join(nd, "properties"))
+		if err != nil {
+			// A GPU the device cgroup denies returns EPERM here: discover before
+			// restricting (the engine does). Say which file.
+			return nil, fmt.Errorf("KFD node %d: %w", id, err)
+		}
+		n := kfdNode{id: id, props: props}
+		if s, err := readTrim(filepath.Join(nd, "name")); err == nil {
+			n.name = s
+		}
+		links, err := readDirIfAny(filepath.Join(nd, "io_links"))
+		if err != nil {
+			return nil, fmt.Errorf("KFD node %d: %w", id, err)
+		}
+		for _, l := range links {
+			lp, err := readKFDProperties(filepath.Join(nd, "io_links", l.Name(), "properties"))
+			if err != nil {
+				return nil, fmt.Errorf("KFD node %d io_link %s: %w", id, l.Name(), err)
+			}
+			n.links = append(n.links, kfdLink{typ: int(lp["type"]), to: int(lp["node_to"]), weight: int(lp["weight"])})
+		}
+		nodes = append(nodes, n)
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].id < nodes[j].id })
+	return nodes, nil
+}
+
+// kfdBusID is the PCI function of a KFD GPU node: domain and location_id
+// (bus<<8 | device<<3 | function). On MI300 the low 3 bits carry the partition (XCP)
+// id instead: where sysfs has no such function, the partition is that number and the
+// GPU is function 0.
+func kfdBusID(root string, p map[string]uint64) (bus string, partition int) {
+	loc, dom := p["location_id"], p["domain"]&0xffff
+	full := fmt.Sprintf("%04x:%02x:%02x.%x", dom, (loc>>8)&0xff, (loc>>3)&0x1f, loc&7)
+	if _, err := os.Stat(rootPath(root, "sys", "bus", "pci", "devices", full)); err == nil {
+		return full, 0
+	}
+	return fmt.Sprintf("%04x:%02x:%02x.0", dom, (loc>>8)&0xff, (loc>>3)&0x1f), int(loc & 7)
+}
+
+// discoverAMD reads the AMD GPUs of the KFD topology: one GPU per KFD GPU node, in KFD
+// order (ROCr's device order, so Index is the number ROCR_VISIBLE_DEVICES takes), with
+// its PCI function's NUMA node, local CPUs and bridge chain, render minor, UUID, model
+// and XGMI weights to the other GPUs. numa are the node's NUMA nodes (a GPU whose PCI
+// NUMA node is unknown or has no CPUs takes the CPU node its KFD links weigh least).
+func discoverAMD(root string, numa []NUMANode) ([]GPU, error) {
+	nodes, err := readKFDNodes(root)
+	if err != nil || len(nodes) == 0 {
+		return nil, err
+	}
+	busOf := map[int]string{}
+	var gpus []GPU
+	seen := map[string]int{}
+	for _, n := range nodes {
+		if !n.isGPU() {
+			continue
+		}
+		p := n.props
+		if v := p["vendor_id"]; v != 0 && v != amdVendor {
+			continue
+		}
+		bus, part := kfdBusID(root, p)
+		if prev, dup := seen[bus]; dup || part != 0 {
+			what := fmt.Sprintf("KFD node %d is partition %d of the GPU at %s", n.id, part, bus)
+			if dup {
+				what = fmt.Sprintf("KFD nodes %d and %d share the GPU at %s", prev, n.id, bus)
+			}
+			return nil, fmt.Errorf("%s: gpubind does not bind MI300 compute partitions (CPX/DPX/QPX) yet; use SPX mode on this node", what)
+		}
+		seen[bus] = n.id
+		busOf[n.id] = bus
+		g := GPU{Index: len(gpus), Minor: -1, BusID: bus, NUMA: -1, Vendor: VendorAMD}
+		for _, f := range []string{"pci_bus_id", "index", "numa", "minor", "uuid", "name", "xgmi"} {
+			g.setSource(f, BackendSysfs)
+		}
+		if m, ok := p["drm_render_minor"]; ok && m >= 128 && m < 1<<20 {
+			g.Minor = int(m)
+			g.Device = fmt.Sprintf("/dev/dri/renderD%d", m)
+		}
+		g.UUID = AMDUUID(p["unique_id"])
+		devDir := rootPath(root, "sys", "bus", "pci", "devices", bus)
+		if s, err := readTrim(filepath.Join(devDir, "numa_node")); err == nil {
+			if v, err := strconv.Atoi(s); err == nil && v >= 0 {
+				g.NUMA = v
+			}
+		} else if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("KFD node %d names PCI device %s, which %s does not have", n.id, bus, rootPath(root, "sys", "bus", "pci", "devices"))
+		}
+		if err := g.readPCIPlace(devDir); err != nil {
+			return nil, err
+		}
+		g.Name = amdModel(devDir, n.name, p["device_id"])
+		if near := nearestCPUNode(n, nodes, numa); (g.NUMA < 0 || cpuless(numa, g.NUMA)) && near >= 0 {
+			g.NUMA = near
+		}
+		gpus = append(gpus, g)
+	}
+	// XGMI weights between GPUs, by bus id.
+	k := 0
+	for _, n := range nodes {
+		if _, ok := busOf[n.id]; !ok {
+			continue
+		}
+		for _, l := range n.links {
+			peer, ok := busOf[l.to]
+			if l.typ != kfdLinkXGMI || !ok || l.weight <= 0 {
+				continue
+			}
+			if gpus[k].XGMI == nil {
+				gpus[k].XGMI = map[string]int{}
+			}
+			gpus[k].XGMI[peer] = l.weight
+		}
+		k++
+	}
+	return gpus, nil
+}
+
+// cpuless: NUMA node id is known and has no CPUs (a memory-only node).
+func cpuless(numa []NUMANode, id int) bool {
+	for _, n := range numa {
+		if n.ID == id {
+			return n.CPUs.IsEmpty()
+		}
+	}
+	return false
+}
+
+// nearestCPUNode is the NUMA node of the KFD CPU node n's links weigh least (KFD
+// numbers its CPU nodes first, one per NUMA node with CPUs, in NUMA order), or -1.
+func nearestCPUNode(n kfdNode, nodes []kfdNode, numa []NUMANode) int {
+	var withCPUs []int
+	for _, m := range numa {
+		if !m.CPUs.IsEmpty() {
+			withCPUs = append(withCPUs, m.ID)
+		}
+	}
+	best, bestW := -1, 0
+	for _, l := range n.links {
+		if l.to < 0 || l.to >= len(nodes) || nodes[l.to].isGPU() || l.to >= len(withCPUs) || l.weight <= 0 {
+			continue
+		}
+		if best < 0 || l.weight < bestW {
+			best, bestW = withCPUs[l.to], l.weight
+		}
+	}
+	return best
+}
+
+// amdModel names the GPU: the PCI device's product_name (amdgpu reads it from the
+// board's FRU: "AMD Instinct MI250X"), else the KFD node's name, else the device id.
+func amdModel(devDir, kfdName string, deviceID uint64) string {
+	if s, err := readTrim(filepath.Join(devDir, "product_name")); err == nil && s != "" {
+		return s
+	}
+	if kfdName != "" {
+		return kfdName
+	}
+	return fmt.Sprintf("AMD GPU 0x%04x", deviceID)
+}
+
+// xgmiWeight is the XGMI weight between two GPUs (either direction), 0 for none.
+func xgmiWeight(a, b *GPU) int {
+	if w := a.XGMI[b.BusID]; w > 0 {
+		return w
+	}
+	return b.XGMI[a.BusID]
+}
+
+// normalizeXGMI normalises the peers' bus ids and checks the weights.
+func (g *GPU) normalizeXGMI() error {
+	if len(g.XGMI) == 0 {
+		g.XGMI = nil
+		return nil
+	}
+	out := map[string]int{}
+	for peer, w := range g.XGMI {
+		p, err := NormalizeBusID(peer)
+		if err != nil {
+			return fmt.Errorf("gpu %s xgmi peer: %w", g.BusID, err)
+		}
+		if w <= 0 || w > 1<<16 {
+			return fmt.Errorf("gpu %s xgmi peer %s: weight %d out of range", g.BusID, p, w)
+		}
+		out[p] = w
+	}
+	g.XGMI = out
+	return nil
+}
+
+// AMDDriverVersion is the amdgpu module's version (a DKMS build has one), "" when none.
+func AMDDriverVersion(root string) string {
+	s, _ := readTrim(rootPath(root, "sys", "module", "amdgpu", "version"))
+	return s
+}
+
+// KFDGeneration is the KFD topology's generation_id ("" without KFD): it changes when
+// the KFD topology does.
+func KFDGeneration(root string) string {
+	s, _ := readTrim(rootPath(root, append(append([]string{"sys"}, kfdTopologyDir[:len(kfdTopologyDir)-1]...), "generation_id")...))
+	return s
+}
+
+// amdIsolate: the isolate flag's device cgroup rules know NVIDIA device nodes only
+// (major 195); on AMD GPUs (render nodes, major 226, and /dev/kfd) they would allow and
+// deny the wrong devices. So isolate is an error there in enforce mode, and dropped with
+// the returned warning in optional mode. Slurm's own ConstrainDevices still applies.
+func amdIsolate(t *Topology, o *Option, mode Mode) (warning string, err error) {
+	if !t.IsAMD() || !o.Flags.Isolate {
+		return "", nil
+	}
+	const why = "isolate is not implemented for AMD GPUs yet (its device cgroup rules know NVIDIA device nodes only)"
+	if mode == ModeEnforce {
+		return "", fmt.Errorf("%s: leave out isolate, or run in mode=optional", why)
+	}
+	o.Flags.Isolate = false
+	return why + ": isolate dropped; each task still gets its own GPU in ROCR_VISIBLE_DEVICES", nil
+}

@@ -1,0 +1,128 @@
+package plugin
+
+import (
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gpubind/gpubind/tests/cluster"
+)
+
+// frontierBus are the GCDs' bus ids of the frontier fixtures, GCD 0..7 (KFD order), and
+// frontierNUMA their NUMA nodes (OLCF: GCDs 4,5 on NUMA 0, 2,3 on 1, 6,7 on 2, 0,1 on 3).
+var (
+	frontierBus = []string{"0000:c1:00.0", "0000:c6:00.0", "0000:c9:00.0", "0000:ce:00.0",
+		"0000:d1:00.0", "0000:d6:00.0", "0000:d9:00.0", "0000:de:00.0"}
+	frontierNUMA = []int{3, 3, 1, 1, 0, 0, 2, 2}
+)
+
+// amdScript prints, per task, the AMD variables and which of the cluster's fake render
+// nodes (by GCD) and fake kfd the task may open (access(2) consults the device cgroup).
+func amdScript(c *cluster.Cluster) string {
+	return `a=; for f in ` + c.DevDir + `/renderD*; do [ -r "$f" ] && [ -w "$f" ] && a="$a${a:+,}$(( ${f##*renderD} - 128 ))"; done; ` +
+		`k=no; [ -r ` + c.DevDir + `/kfd ] && [ -w ` + c.DevDir + `/kfd ] && k=yes; ` +
+		`echo "A $SLURM_PROCID ${ROCR_VISIBLE_DEVICES:--} ${HIP_VISIBLE_DEVICES:--} ${CUDA_VISIBLE_DEVICES:--} ${GPU_DEVICE_ORDINAL:--} ${GPUBIND_PCI_BUS_IDS:--} ${GPUBIND_GPUS:--} ${a:--} $k ${CUDA_DEVICE_ORDER:--}"`
+}
+
+var amdRe = regexp.MustCompile(`(?m)^A (\d+) (\S+) (\S+) (\S+) (\S+) (\S+) (\S+) (\S+) (\S+) (\S+)$`)
+
+type amdTask struct {
+	rank                          int
+	rocr, hip, cuda, ordinal, bus string
+	gcd                           int
+	open, kfd, order              string
+}
+
+func parseAMD(t *testing.T, out string, n int) []amdTask {
+	t.Helper()
+	lines := amdRe.FindAllStringSubmatch(out, -1)
+	if len(lines) != n {
+		t.Fatalf("%d task lines, want %d:\n%s", len(lines), n, out)
+	}
+	tasks := make([]amdTask, n)
+	for _, m := range lines {
+		r, _ := strconv.Atoi(m[1])
+		g, err := strconv.Atoi(m[7])
+		if err != nil || r < 0 || r >= n {
+			t.Fatalf("task line %q", m[0])
+		}
+		tasks[r] = amdTask{rank: r, rocr: m[2], hip: m[3], cuda: m[4], ordinal: m[5], bus: m[6], gcd: g, open: m[8], kfd: m[9], order: m[10]}
+	}
+	return tasks
+}
+
+// TestAMDFrontier: a real Slurm with task/cgroup+task/affinity, proctrack/cgroup and
+// ConstrainDevices=yes, gres.conf listing fake render nodes (char 226:128+N in the
+// cluster's private directory, in NUMA order, not KFD order) and a fake kfd; the plugin
+// reads the frontier-2cpu fixture (NUMA 0 = CPU 0, NUMA 1 = CPU 1). closest must give the
+// task on CPU 0 a GCD of NUMA 0 (4 or 5: the OLCF mapping, not GCD 0) and the task on
+// CPU 1 one of NUMA 1, in ROCR_VISIBLE_DEVICES as ROCr numbers the step's GCDs inside the
+// task, with HIP's variables 0; every task can open its step's render nodes and the kfd.
+func TestAMDFrontier(t *testing.T) {
+	line := plugLine(t, "root="+fixture("frontier-2cpu"), "source=sysfs")
+	gresOrder := []int{4, 5, 2, 3, 6, 7, 0, 1} // GRES index -> GCD: NUMA 0, 1, 2, 3
+	c := cluster.StartT(t, cluster.Config{CPUs: 8, TaskPlugin: "task/cgroup,task/affinity",
+		Proctrack: "proctrack/cgroup", ConstrainDevices: true, AMD: true, GPUs: 8, GresOrder: gresOrder,
+		PlugStack: []string{line}})
+	script := amdScript(c)
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		// the step's GCDs (GRES 0..k-1 through gresOrder), in KFD order
+		step []int
+	}{
+		// All eight: ROCr numbers them 0..7 = KFD index.
+		{"gpus=8", []string{"--gpus=8"}, []int{0, 1, 2, 3, 4, 5, 6, 7}},
+		// GRES 0-3 = GCDs 4,5,2,3: the task sees GCDs 2,3,4,5 as ROCr 0,1,2,3.
+		{"gpus=4", []string{"--gpus=4"}, []int{2, 3, 4, 5}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(append([]string{"-n2"}, tc.args...), "--cpu-bind=map_cpu:0,1", "--gpu-bind-topo=closest,verbose", "sh", "-c", script)
+			out, errOut, err := c.Srun(ctx(t), args...)
+			if err != nil {
+				t.Fatalf("srun %v: %v\n%s\n%s", tc.args, err, out, errOut)
+			}
+			var stepOpen []string
+			for _, g := range tc.step {
+				stepOpen = append(stepOpen, strconv.Itoa(g))
+			}
+			for _, k := range parseAMD(t, out, 2) {
+				if k.gcd < 0 || k.gcd > 7 || frontierNUMA[k.gcd] != k.rank || k.bus != frontierBus[k.gcd] {
+					t.Errorf("task %d (CPU %d, NUMA %d): GCD %d %s", k.rank, k.rank, k.rank, k.gcd, k.bus)
+					continue
+				}
+				rocr := -1
+				for i, g := range tc.step {
+					if g == k.gcd {
+						rocr = i
+					}
+				}
+				if k.rocr != strconv.Itoa(rocr) || k.hip != "0" || k.cuda != "0" || k.ordinal != "0" || k.order != "-" {
+					t.Errorf("task %d: ROCR_VISIBLE_DEVICES=%s HIP=%s CUDA=%s GPU_DEVICE_ORDINAL=%s CUDA_DEVICE_ORDER=%s, want ROCr %d and 0s",
+						k.rank, k.rocr, k.hip, k.cuda, k.ordinal, k.order, rocr)
+				}
+				if open := strings.Split(k.open, ","); strings.Join(sortedInts(open), ",") != strings.Join(stepOpen, ",") || k.kfd != "yes" {
+					t.Errorf("task %d may open render nodes of GCDs %s and kfd %s, want %v and yes", k.rank, k.open, k.kfd, tc.step)
+				}
+				want := "ROCR_VISIBLE_DEVICES=" + strconv.Itoa(rocr) + " -> GPU " + strconv.Itoa(k.gcd) + " " + frontierBus[k.gcd]
+				if !strings.Contains(errOut, "(rank "+strconv.Itoa(k.rank)+"): "+want) {
+					t.Errorf("no mapping line %q for task %d in:\n%s", want, k.rank, errOut)
+				}
+			}
+		})
+	}
+}
+
+// sortedInts sorts decimal strings by value.
+func sortedInts(s []string) []string {
+	out := append([]string(nil), s...)
+	sort.Slice(out, func(i, j int) bool {
+		a, _ := strconv.Atoi(out[i])
+		b, _ := strconv.Atoi(out[j])
+		return a < b
+	})
+	return out
+}
