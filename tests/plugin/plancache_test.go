@@ -3,6 +3,7 @@ package plugin
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -98,5 +99,51 @@ func TestPlanCacheSlurm(t *testing.T) {
 	}
 	if log := c.SlurmdLog(node)[off:]; !strings.Contains(log, "gpubind: plan cache not used: "+bad+" is owned by uid 65534") {
 		t.Errorf("the slurmd log does not say why the plan cache is not used:\n%s", log)
+	}
+}
+
+// Issue 35: a NIC port going down invalidates only the cached plans of options with the nic
+// flag (the only output that names a port), under a real slurmstepd configured as sites do
+// (task/cgroup, task/affinity, ConstrainDevices). The node's sysfs is a copy of the fixture,
+// so that the test can flip a port's state file.
+func TestPlanCacheNICPortsSlurm(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "root")
+	if out, err := exec.Command("cp", "-a", fixture("dgxh100-2cpu"), root).CombinedOutput(); err != nil {
+		t.Fatalf("copy the fixture: %v\n%s", err, out)
+	}
+	ports, err := filepath.Glob(filepath.Join(root, "sys/class/infiniband/*/ports/*/state"))
+	if err != nil || len(ports) == 0 {
+		t.Fatalf("no port state file in the fixture copy (%v)", err)
+	}
+	c := cluster.StartT(t, cluster.Config{CPUs: 8, TaskPlugin: "task/cgroup,task/affinity", ConstrainDevices: true,
+		GPUs: 8, PlugStack: []string{plugLine(t, "root="+root, "source=sysfs")}, SlurmConf: []string{"SlurmdDebug=verbose"}})
+	node := c.NodeNames[0]
+	step := func(option string) bool { // whether the step's plan came from the cache
+		t.Helper()
+		off := len(c.SlurmdLog(node))
+		if tasks, _ := srunTasks(t, c, "-N1", "-n2", "--gpus=2", "--gpu-bind-topo="+option); len(tasks) != 2 {
+			t.Fatalf("%s: %d tasks, want 2", option, len(tasks))
+		}
+		hits, log := planLines(c, node, off)
+		if len(hits) != 1 {
+			t.Fatalf("%s: %d 'step plan took' lines for one step:\n%s", option, len(hits), log[off:])
+		}
+		return hits[0]
+	}
+	options := []string{"closest", "closest,nic"}
+	for _, o := range options {
+		step(o)
+		if !step(o) {
+			t.Fatalf("%s: the repeated step missed the plan cache", o)
+		}
+	}
+	if err := os.WriteFile(ports[0], []byte("1: DOWN\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !step("closest") {
+		t.Error("closest: a port going down invalidated a plan that names no port")
+	}
+	if step("closest,nic") {
+		t.Error("closest,nic: the cached plan was used after a port went down")
 	}
 }
