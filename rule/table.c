@@ -1609,13 +1609,9 @@ static int gb_amd_env(const struct gb_table *t, const struct gb_result *r,
 	struct sbuf b = { val, len, 0, 0 };
 	int rc;
 
+	/* The list CUDA_VISIBLE_DEVICES would get on NVIDIA. */
 	val[0] = '\0';
-	for (int i = 0; i < r->ngpus; i++) {
-		char vis[sizeof(t->gpus[0].visible)];
-
-		visible_of(t, r, i, vis, sizeof(vis));
-		sb_add(&b, "%s%s", i ? "," : "", vis);
-	}
+	(void) env_value(t, r, ENV_CUDA_VISIBLE, &b);
 	if (b.bad)
 		return -1;
 	if ((rc = set(ctx, "ROCR_VISIBLE_DEVICES", val, 1)))
