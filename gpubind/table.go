@@ -189,7 +189,7 @@ func (t *Table) Encode(w io.Writer) error {
 	var buf bytes.Buffer
 	for _, l := range lines {
 		if len(l) > MaxTableLine {
-			return fmt.Errorf("table line longer than %d bytes: %.60q...", MaxTableLine, l)
+			return fmt.Errorf("table line longer than %d bytes (it starts %.60q)", MaxTableLine, l)
 		}
 		buf.WriteString(l)
 		buf.WriteByte('\n')
