@@ -25,7 +25,7 @@ flags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefine
 declare -A srcs=(
 	[table]="$rule/table.c $rule/fabric.c"
 	[binds]="$rule/table.c $rule/fabric.c"
-	[plancache]="$fe/plancache.c $rule/table.c $rule/fabric.c $root/tests/fuzz/stubs.c"
+	[plancache]="$fe/plancache.c $fe/request.c $rule/table.c $rule/fabric.c $root/tests/fuzz/stubs.c"
 	[args]="$fe/args.c $rule/table.c $rule/fabric.c $root/tests/fuzz/stubs.c"
 )
 targets=("$@")
