@@ -525,6 +525,7 @@ static int line_gpu(struct parser *ps, char **f, int nf)
 	t->gpus = g;
 	g = &t->gpus[t->ngpus];
 	memset(g, 0, sizeof(*g));
+	g->card = -1;
 	if (!strcmp(f[2], "-") ||
 	    copy_field(g->visible, sizeof(g->visible), f[2]))
 		return LINE_MALFORMED;
@@ -659,6 +660,20 @@ static int line_near(struct parser *ps, char **f, int nf)
 	return 0;
 }
 
+/* card ID MINOR: an AMD step GPU's /dev/dri/cardN minor (once, after its gpu line). */
+static int line_card(struct parser *ps, char **f, int nf)
+{
+	struct gb_table *t = ps->t;
+	long id, v;
+
+	(void) nf;
+	if (parse_int(f[1], 0, GB_TABLE_MAX_GPUS - 1, &id) || id >= t->ngpus ||
+	    t->gpus[id].card >= 0 || parse_int(f[2], 0, (1 << 20) - 1, &v))
+		return LINE_MALFORMED;
+	t->gpus[id].card = (int) v;
+	return 0;
+}
+
 /* Multi-node NVLink lines: parsed in fabric.c. */
 static int line_fabric(struct parser *ps, char **f, int nf)
 {
@@ -707,6 +722,7 @@ static const struct line_type {
 	{ "fabric", 7, 7, line_fabric },
 	{ "imex", 2, 2, line_imex },
 	{ "vendor", 2, 2, line_vendor },
+	{ "card", 3, 3, line_card },
 };
 
 /* One line (NUL-terminated, without its newline), by its type. */
@@ -1411,6 +1427,35 @@ void gb_result_widen(const struct gb_table *t, struct gb_result *r, int lid)
 	rotate(r, 0, nown);        /* others first, own at the end */
 	rotate(r, pos, r->ngpus - nown - pos); /* own back to entry pos */
 	r->own_at = pos;
+}
+
+int gb_gpu_dev_minors(const struct gb_table *t, const int *gpus, int n,
+		      int *out, int max, char *err, size_t errlen)
+{
+	int k = 0;
+
+	for (int i = 0; i < n; i++) {
+		const struct gb_gpu *g;
+
+		if (gpus[i] < 0 || gpus[i] >= t->ngpus)
+			return gb_errf(err, errlen, -1, "step GPU %d is not "
+				       "in the table's %d gpu lines", gpus[i],
+				       t->ngpus);
+		g = &t->gpus[gpus[i]];
+		if (g->minor < 0 || (t->amd && g->card < 0))
+			return gb_errf(err, errlen, -1, "step GPU %d (%s) "
+				       "has no known %s", gpus[i], g->busid,
+				       g->minor < 0 ? (t->amd ?
+				       "render node minor" : "/dev/nvidiaN minor")
+				       : "/dev/dri/cardN minor (no \"card\" line)");
+		if (k + 1 + t->amd > max)
+			return gb_errf(err, errlen, -1, "more than %d device "
+				       "minors", max);
+		out[k++] = g->minor;
+		if (t->amd)
+			out[k++] = g->card;
+	}
+	return k;
 }
 
 int gb_result_affinity(const struct gb_result *r, const cpu_set_t *own,
