@@ -9,7 +9,7 @@ import (
 )
 
 // The step environment keys the engine receives are named in spank/PROTOCOL.md
-// section 1 (the reference); the front end's request_env (stepd.c) sends exactly
+// section 1 (the reference); the front end's request_env (request.c) sends exactly
 // those, and the engine's envKeys reads exactly those.
 func TestEnvKeysNamedOnce(t *testing.T) {
 	read := func(p string) string {
@@ -28,10 +28,10 @@ func TestEnvKeysNamedOnce(t *testing.T) {
 	for _, m := range regexp.MustCompile("`([A-Z_]+)`").FindAllStringSubmatch(row[1], -1) {
 		doc = append(doc, m[1])
 	}
-	// stepd.c: request_env[] = { "A", GB_ENV_OPTION, ... }; macros from gpubind.h.
-	list := regexp.MustCompile(`request_env\[\] = \{([^}]*)\}`).FindStringSubmatch(read("../frontend/stepd.c"))
+	// request.c: request_env[] = { "A", GB_ENV_OPTION, ... }; macros from gpubind.h.
+	list := regexp.MustCompile(`request_env\[\] = \{([^}]*)\}`).FindStringSubmatch(read("../frontend/request.c"))
 	if list == nil {
-		t.Fatal("stepd.c has no request_env list")
+		t.Fatal("request.c has no request_env list")
 	}
 	header := read("../frontend/gpubind.h")
 	var c []string
@@ -57,7 +57,7 @@ func TestEnvKeysNamedOnce(t *testing.T) {
 	sorted := slices.Clone(doc)
 	slices.Sort(sorted)
 	if len(doc) == 0 || !slices.Equal(doc, c) || !slices.Equal(sorted, goKeys) {
-		t.Errorf("env keys disagree:\nPROTOCOL.md %v\nstepd.c     %v\nengine.go   %v", doc, c, goKeys)
+		t.Errorf("env keys disagree:\nPROTOCOL.md %v\nrequest.c   %v\nengine.go   %v", doc, c, goKeys)
 	}
 }
 

@@ -12,8 +12,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct gb_config gb_conf;
-
+/*
+ * The one owner of the plugstack settings and of the user's option: written
+ * by slurm_spank_init (gb_config_load) and the option callback
+ * (gb_user_option_set), read everywhere else through gb_config() and
+ * gb_user_option().
+ */
+static struct gb_config conf;
+static struct {
+	int set;            /* --gpu-bind-topo was given */
+	char value[GB_OPTION_MAX]; /* its value, "" for the bare option */
+} user_option;
 
 static int set_str(char *dst, size_t len, const char *key, const char *val,
 		   int path, char *err, size_t errlen)
@@ -180,8 +189,8 @@ static const struct key *find_key(const char *arg, char *err, size_t errlen)
 	return NULL;
 }
 
-int gb_config_parse(int ac, char **av, struct gb_config *c, char *err,
-		    size_t errlen)
+static int config_parse(int ac, char **av, struct gb_config *c, char *err,
+			size_t errlen)
 {
 	int seen[NKEYS] = { 0 };
 
@@ -216,7 +225,37 @@ int gpubind_check_args(int ac, char **av, char *err, size_t errlen)
 {
 	struct gb_config c;
 
-	return gb_config_parse(ac, av, &c, err, errlen);
+	return config_parse(ac, av, &c, err, errlen);
+}
+
+int gb_config_load(int ac, char **av, char *err, size_t errlen)
+{
+	return config_parse(ac, av, &conf, err, errlen);
+}
+
+const struct gb_config *gb_config(void)
+{
+	return &conf;
+}
+
+const char *gb_cache_dir(void)
+{
+	return conf.cache_dir[0] ? conf.cache_dir : GB_DEFAULT_CACHE_DIR;
+}
+
+int gb_user_option_set(const char *optarg)
+{
+	if (optarg && strlen(optarg) >= sizeof(user_option.value))
+		return -1;
+	user_option.set = 1;
+	(void) snprintf(user_option.value, sizeof(user_option.value), "%s",
+			optarg ? optarg : "");
+	return 0;
+}
+
+const char *gb_user_option(void)
+{
+	return user_option.set ? user_option.value : NULL;
 }
 
 int gb_option_is_off(const char *text)
@@ -230,12 +269,12 @@ int gb_effective_option(const char *env_value, char *buf, size_t len)
 {
 	const char *v;
 
-	if (gb_opt_set)
-		v = gb_opt_value[0] ? gb_opt_value : "closest";
+	if (user_option.set)
+		v = user_option.value[0] ? user_option.value : "closest";
 	else if (env_value && *env_value)
 		v = env_value;
-	else if (gb_conf.default_opt[0])
-		v = gb_conf.default_opt;
+	else if (conf.default_opt[0])
+		v = conf.default_opt;
 	else
 		v = "off";
 	if ((size_t) snprintf(buf, len, "%s", v) >= len)

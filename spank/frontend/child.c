@@ -59,13 +59,17 @@ int gb_engine_path(char *buf, size_t len)
 	return 0;
 }
 
-/* The built-in launcher path, exported for `gpubind check` to read from this file. */
+/*
+ * The built-in launcher path, exported (gpubind.exports) for `gpubind check`
+ * to read from this file; nothing else in the plugin names it.
+ */
+extern const char gpubind_launcher_path[];
 const char gpubind_launcher_path[] = GB_LAUNCHER_PATH;
 
 int gb_launcher_path(char *buf, size_t len)
 {
-	const char *p = gb_conf.launcher[0] ? gb_conf.launcher :
-			gpubind_launcher_path;
+	const char *set = gb_config()->launcher;
+	const char *p = set[0] ? set : gpubind_launcher_path;
 
 	return (size_t) snprintf(buf, len, "%s", p) >= len ? -1 : 0;
 }

@@ -22,8 +22,7 @@
 
 static int memo_path(char *buf, size_t len)
 {
-	const char *dir = gb_conf.cache_dir[0] ? gb_conf.cache_dir :
-			  GB_DEFAULT_CACHE_DIR;
+	const char *dir = gb_cache_dir();
 
 	return (size_t) snprintf(buf, len, "%s/%s", dir, GB_FAILMEMO_NAME) >=
 	       len ? -1 : 0;
@@ -78,8 +77,7 @@ void gb_failmemo_clear(void)
 void gb_failmemo_put(const char *launcher, const char *why)
 {
 	char path[1100], tmp[1200];
-	const char *dir = gb_conf.cache_dir[0] ? gb_conf.cache_dir :
-			  GB_DEFAULT_CACHE_DIR;
+	const char *dir = gb_cache_dir();
 	struct stat st;
 	int fd, ok;
 

@@ -6,6 +6,7 @@
  *   args.c          plugstack.conf arguments and option precedence
  *   local.c         srun/sbatch/salloc: option callback, early check, `help`
  *   stepd.c         slurmstepd: the step's facts, plan, per-task application
+ *   request.c       the engine request, typed; its text for the launcher
  *   cgroup_stepd.c  slurmstepd: the isolate/cpus flags, calls into cgroup/
  *   cgroup/         the cgroup layer: probe, lifecycle, a backend per version
  *   child.c         the engine process: start gpubind-launcher (vfork, execveat), pipe, reap
@@ -61,14 +62,23 @@ struct gb_config {
 	int plan_cache;          /* plan cache entries kept (plancache.c); 0 = off */
 };
 
-extern struct gb_config gb_conf;
-
-/* The user's option as seen by the option callback (plugin.c). */
-extern int gb_opt_set;
-extern char gb_opt_value[1024];
-
-int gb_config_parse(int ac, char **av, struct gb_config *c, char *err,
-		    size_t errlen);
+/*
+ * args.c owns the plugstack settings and the user's option. gb_config_load
+ * parses slurm_spank_init's arguments into them: 0, or -1 with err set.
+ * gb_config is read-only for everybody else.
+ */
+int gb_config_load(int ac, char **av, char *err, size_t errlen);
+const struct gb_config *gb_config(void);
+/* cache_dir=, or the built-in GB_DEFAULT_CACHE_DIR (plancache.h). */
+const char *gb_cache_dir(void);
+/*
+ * The option callback's --gpu-bind-topo value (NULL: the bare option): -1
+ * when it is GB_OPTION_MAX bytes or longer. gb_user_option: that value (""
+ * for the bare option), or NULL when the user gave none.
+ */
+#define GB_OPTION_MAX 1024
+int gb_user_option_set(const char *optarg);
+const char *gb_user_option(void);
 /* Exported for `gpubind check` (gpubind.exports): 0, or -1 with err set. */
 int gpubind_check_args(int ac, char **av, char *err, size_t errlen);
 
@@ -163,7 +173,6 @@ int gb_run_launcher(int launcher_fd, const char *name, int snapshot_fd,
 		    struct gb_child_result *res, char *err, size_t errlen);
 /* The launcher to run: launcher= or GB_LAUNCHER_PATH. */
 int gb_launcher_path(char *buf, size_t len);
-extern const char gpubind_launcher_path[];
 
 /* Default engine path: GB_ENGINE_NAME next to this plugin (dladdr). */
 int gb_engine_path(char *buf, size_t len);

@@ -19,12 +19,13 @@ typedef const char *(*gb_help_fn)(void);
 
 static void *load_engine(void)
 {
+	const char *engine = gb_config()->engine;
 	char path[1024], err[2400], byfd[64];
 	void *h;
 	int fd;
 
-	if (gb_conf.engine[0])
-		(void) snprintf(path, sizeof(path), "%s", gb_conf.engine);
+	if (engine[0])
+		(void) snprintf(path, sizeof(path), "%s", engine);
 	else if (gb_engine_path(path, sizeof(path)))
 		return NULL;
 	/*
@@ -179,7 +180,7 @@ int gb_local_init_post_opt(spank_t sp)
 	const char *env = getenv(GB_ENV_OPTION);
 
 	(void) sp;
-	if (gb_opt_set || !env || !*env)
+	if (gb_user_option() || !env || !*env)
 		return 0;
 	if (!strcmp(env, "help")) {
 		print_help();

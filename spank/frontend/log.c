@@ -43,13 +43,14 @@ void gb_failed_for_default(void)
 
 int gb_failed(const char *what, const char *unbound, char *msg, size_t len)
 {
+	const struct gb_config *conf = gb_config();
 	char buf[GB_LOGBUF];
-	int enforce = !gb_conf.mode_optional;
+	int enforce = !conf->mode_optional;
 	const char *setting = "mode=optional";
 
 	if (for_default) {
 		/* What the admin forces fails the step as the admin asked. */
-		enforce = gb_conf.default_enforce || gb_conf.force[0];
+		enforce = conf->default_enforce || conf->force[0];
 		setting = "default_mode=optional";
 	}
 	if (enforce)

@@ -13,9 +13,10 @@
  * count. Anything else is a miss: the engine runs and the entry is
  * rewritten (temp file + rename), never fatal.
  *
- * The key is everything the engine's answer depends on: the request text
- * (every plugstack setting, option, step GPUs, task count, global ids,
- * node name, job uid/gid and the step environment the engine reads) and
+ * The key is everything the engine's answer depends on: the request, in
+ * the launcher's words (request.c: every plugstack setting, option, step
+ * GPUs, task count, global ids, node name, job uid/gid and the step
+ * environment the engine reads, less SLURM_JOB_GPUS where unread) and
  * the identity (device, inode, size, mtime, ctime) or content of each
  * file the engine reads besides: the engine itself, the boot id and
  * driver version (the discovery cache's key), the MIG layout, the
@@ -26,6 +27,7 @@
  */
 #include "gpubind.h"
 #include "plancache.h"
+#include "request.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -169,42 +171,14 @@ static void key_glob(struct keybuf *b, const char *pattern)
 	globfree(&g);
 }
 
-/* The value of KEY= in the request, copied to out ("" when absent). */
-static void req_value(const char *req, const char *key, char *out, size_t len)
-{
-	size_t kl = strlen(key);
-
-	out[0] = '\0';
-	for (const char *p = req; p && *p;) {
-		const char *nl = strchr(p, '\n');
-		size_t l = nl ? (size_t) (nl - p) : strlen(p);
-
-		if (l > kl && !strncmp(p, key, kl) && p[kl] == '=') {
-			l -= kl + 1;
-			if (l >= len)
-				l = len - 1;
-			memcpy(out, p + kl + 1, l);
-			out[l] = '\0';
-			return;
-		}
-		p = nl ? nl + 1 : NULL;
-	}
-}
-
 /*
- * Whether the request's option names the nic flag, the one flag whose output
+ * Whether the option names the nic flag, the one flag whose output
  * (NCCL_IB_HCA, UCX_NET_DEVICES, GPUBIND_NIC: NAME:PORT) reads the port
- * states. The words are the rule's own flag names; an option too long for
- * the buffer counts as naming it (a key with the ports is only stricter).
+ * states. The words are the rule's own flag names.
  */
-static int option_has_nic(const char *request)
+static int option_has_nic(const char *option)
 {
-	char opt[2048];
-
-	req_value(request, "option", opt, sizeof(opt));
-	if (strlen(opt) >= sizeof(opt) - 1)
-		return 1;
-	for (const char *p = opt; *p;) {
+	for (const char *p = option; *p;) {
 		size_t l = strcspn(p, ",");
 
 		if (gb_flag_lookup(p, l) == GB_FLAG_NIC)
@@ -216,50 +190,32 @@ static int option_has_nic(const char *request)
 	return 0;
 }
 
-/*
- * The request, less what the plan does not use: SLURM_JOB_GPUS is read only
- * when SLURM_STEP_GPUS is unset (gpubind.ResolveStep). A user's junk there
- * must neither grow nor split the key.
- */
-static void key_request(struct keybuf *b, const char *request)
+static int build_key(struct keybuf *b, const char *engine,
+		     const struct gb_request *req)
 {
-	int step_gpus = !strncmp(request, "env.SLURM_STEP_GPUS=", 20) ||
-			strstr(request, "\nenv.SLURM_STEP_GPUS=");
+	const struct gb_config *c = req->conf;
+	char path[2300], confdir[1100], why[256], *text;
+	const char *conf = req->slurm_conf ? req->slurm_conf : "";
+	size_t len;
 
-	for (const char *p = request; p && *p;) {
-		const char *nl = strchr(p, '\n');
-		size_t l = nl ? (size_t) (nl - p) + 1 : strlen(p);
-
-		if (!(step_gpus && !strncmp(p, "env.SLURM_JOB_GPUS=", 19)))
-			key_bytes(b, p, l);
-		p = nl ? nl + 1 : NULL;
-	}
-}
-
-static int build_key(struct keybuf *b, const char *engine, const char *request)
-{
-	char root[1100], path[2300], conf[1100], confdir[1100];
-	const char *r = gb_conf.root[0] ? gb_conf.root : "";
-
-	(void) snprintf(root, sizeof(root), "%s", r);
+	if (!conf[0] && req->env[GB_REQ_SLURM_CONF])
+		conf = req->env[GB_REQ_SLURM_CONF];
 	key_str(b, PC_MAGIC "\n");
 	key_file_identity(b, "engine", engine);
 	key_file_content(b, "boot", "/proc/sys/kernel/random/boot_id");
-	(void) snprintf(path, sizeof(path), "%s/proc/driver/nvidia/version", root);
+	(void) snprintf(path, sizeof(path), "%s/proc/driver/nvidia/version",
+			c->root);
 	key_file_content(b, "driver", path);
 	key_str(b, "mig=");
 	(void) snprintf(path, sizeof(path),
-			"%s/proc/driver/nvidia/capabilities/gpu*/mig/gi*", root);
+			"%s/proc/driver/nvidia/capabilities/gpu*/mig/gi*", c->root);
 	key_glob(b, path);
 	(void) snprintf(path, sizeof(path),
 			"%s/proc/driver/nvidia/capabilities/gpu*/mig/gi*/ci*",
-			root);
+			c->root);
 	key_glob(b, path);
 	key_str(b, "\n");
-	key_file_identity(b, "snapshot", gb_conf.snapshot);
-	req_value(request, "slurm_conf", conf, sizeof(conf));
-	if (!conf[0])
-		req_value(request, "env.SLURM_CONF", conf, sizeof(conf));
+	key_file_identity(b, "snapshot", c->snapshot);
 	key_file_identity(b, "slurm_conf", conf);
 	confdir[0] = '\0';
 	if (conf[0]) {
@@ -271,26 +227,30 @@ static int build_key(struct keybuf *b, const char *engine, const char *request)
 		key_file_identity(b, "cgroup_conf", path);
 	}
 	/* The engine's choice of gres.conf (engine.go, plan). */
-	if (gb_conf.gres_conf[0])
-		(void) snprintf(path, sizeof(path), "%s", gb_conf.gres_conf);
+	if (c->gres_conf[0])
+		(void) snprintf(path, sizeof(path), "%s", c->gres_conf);
 	else if (confdir[0])
 		(void) snprintf(path, sizeof(path), "%s/gres.conf", confdir);
 	else
 		(void) snprintf(path, sizeof(path), "/etc/slurm/gres.conf");
 	key_file_identity(b, "gres_conf", path);
 	/* The NIC's port state, which only the nic flag reads (ACTIVE port). */
-	if (option_has_nic(request)) {
+	if (option_has_nic(req->option)) {
 		glob_t g;
 
 		(void) snprintf(path, sizeof(path),
-				"%s/sys/class/infiniband/*/ports/*/state", root);
+				"%s/sys/class/infiniband/*/ports/*/state", c->root);
 		if (glob(path, 0, NULL, &g) == 0)
 			for (size_t i = 0; i < g.gl_pathc; i++)
 				key_file_content(b, "port", g.gl_pathv[i]);
 		globfree(&g);
 	}
 	key_str(b, "request\n");
-	key_request(b, request);
+	text = gb_request_format(req, 1, &len, why, sizeof(why));
+	if (!text)
+		return -1;
+	key_bytes(b, text, len);
+	free(text);
 	return b->bad ? -1 : 0;
 }
 
@@ -376,19 +336,20 @@ void gb_plancache_end(struct gb_plancache *pc)
 }
 
 void gb_plancache_begin(struct gb_plancache *pc, const char *engine,
-			const char *request)
+			const struct gb_request *req)
 {
-	const char *base = gb_conf.cache_dir[0] ? gb_conf.cache_dir :
-			   GB_DEFAULT_CACHE_DIR;
+	const struct gb_config *c = req->conf;
+	const char *base = c->cache_dir[0] ? c->cache_dir : GB_DEFAULT_CACHE_DIR;
 	struct keybuf b = { 0 };
-	char why[1300], uid[24];
+	char why[1300];
 	int rc;
 
 	memset(pc, 0, sizeof(*pc));
 	(void) clock_gettime(CLOCK_REALTIME, &pc->begun);
 	free(last_key);
 	last_key = NULL;
-	if (gb_conf.plan_cache == 0)
+	pc->max_entries = c->plan_cache;
+	if (pc->max_entries == 0)
 		return;
 	rc = trusted_dir(base, why, sizeof(why));
 	if (rc < 0) {
@@ -396,7 +357,7 @@ void gb_plancache_begin(struct gb_plancache *pc, const char *engine,
 		return;
 	}
 	/* rc 1: no cache_dir yet; the engine creates it, put() then writes. */
-	if (build_key(&b, engine, request)) {
+	if (build_key(&b, engine, req)) {
 		free(b.p);
 		gb_info("plan cache not used: the key is %d bytes or more (step environment too large to cache), or memory ran out",
 			PC_KEY_MAX);
@@ -409,11 +370,9 @@ void gb_plancache_begin(struct gb_plancache *pc, const char *engine,
 		return;
 	}
 	/* The job user's uid names the entry: each uid has its share (evict). */
-	req_value(request, "uid", uid, sizeof(uid));
-	if (!uid[0] || strspn(uid, "0123456789") != strlen(uid))
-		(void) snprintf(uid, sizeof(uid), "x");
-	(void) snprintf(pc->path, sizeof(pc->path), "%s/p-u%s-%016llx", pc->dir,
-			uid, (unsigned long long) fnv1a(b.p, b.len));
+	(void) snprintf(pc->path, sizeof(pc->path), "%s/p-u%u-%016llx", pc->dir,
+			(unsigned) req->uid,
+			(unsigned long long) fnv1a(b.p, b.len));
 	pc->key = last_key = b.p;
 	pc->keylen = b.len;
 	pc->usable = 1;
@@ -793,7 +752,7 @@ static void store(struct gb_plancache *pc, const struct gb_table *t,
 		(void) unlink(tmp);
 		return;
 	}
-	evict(pc->dir, gb_conf.plan_cache);
+	evict(pc->dir, pc->max_entries);
 }
 
 void gb_plancache_put(struct gb_plancache *pc, const struct gb_table *t,

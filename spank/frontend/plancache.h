@@ -23,24 +23,28 @@ struct gb_plancache {
 	char *key;           /* malloc'd key text (freed by _end or the next _begin) */
 	size_t keylen;
 	struct timespec begun; /* when the lookup began (before the engine ran) */
+	int max_entries;     /* plan_cache=: entries kept (evict) */
 };
 
 struct gb_table;
 struct gb_child_result;
+struct gb_request;
 
 /*
- * Build the key of this step: the request text (every admin setting, the
- * option, step GPUs, task count, global ids, node name, job user, step
- * environment) plus the identity of everything else the engine reads:
- * the engine file, boot id, driver version, MIG layout, the snapshot,
- * slurm.conf, cgroup.conf and gres.conf. An entry also holds the identity
- * of every file its table's "depends" lines name (included configuration
- * files too), and a hit needs them unchanged. Settings come from gb_conf
- * (cache_dir, plan_cache=N entries, 0 = off). Never fails the step: on any problem
- * the cache is just not used (and the log says why).
+ * Build the key of this step from its request (request.h): the request in
+ * the launcher's words (every admin setting, the option, step GPUs, task
+ * count, global ids, node name, job user, step environment) plus the
+ * identity of everything else the engine reads: the engine file, boot id,
+ * driver version, MIG layout, the snapshot, slurm.conf, cgroup.conf and
+ * gres.conf, and the NICs' port states for a plan with the nic flag. An
+ * entry also holds the identity of every file its table's "depends" lines
+ * name (included configuration files too), and a hit needs them unchanged.
+ * The request's settings give cache_dir and plan_cache=N (entries, 0 = off).
+ * Never fails the step: on any problem the cache is just not used (and the
+ * log says why).
  */
 void gb_plancache_begin(struct gb_plancache *pc, const char *engine,
-			const char *request);
+			const struct gb_request *req);
 
 /*
  * 1 on a hit: t holds the cached plan, parsed, status ok or warn, with

@@ -9,20 +9,14 @@
 
 SPANK_PLUGIN(gpubind, 1);
 
-int gb_opt_set;
-char gb_opt_value[1024];
-
 static int option_cb(int val, const char *optarg, int remote)
 {
 	(void) val;
-	if (optarg && strlen(optarg) >= sizeof(gb_opt_value)) {
+	if (gb_user_option_set(optarg)) {
 		gb_error("--%s value is longer than %zu bytes", GB_OPTION_NAME,
-			 sizeof(gb_opt_value) - 1);
+			 (size_t) GB_OPTION_MAX - 1);
 		return -1;
 	}
-	gb_opt_set = 1;
-	(void) snprintf(gb_opt_value, sizeof(gb_opt_value), "%s",
-			optarg ? optarg : "");
 	if (remote)
 		return 0;
 	return gb_local_option_cb(optarg);
@@ -48,7 +42,7 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 	if (ctx != S_CTX_LOCAL && ctx != S_CTX_REMOTE &&
 	    ctx != S_CTX_ALLOCATOR)
 		return 0;
-	if (gb_config_parse(ac, av, &gb_conf, err, sizeof(err))) {
+	if (gb_config_load(ac, av, err, sizeof(err))) {
 		gb_error("%s", err);
 		return -1;
 	}

@@ -21,10 +21,9 @@
 
 #include "cgroup_stepd.h"
 #include "plancache.h"
+#include "request.h"
 #include "table.h"
 #include "fabric.h"
-
-#define GB_ENV_MAX (1024 * 1024)
 
 /*
  * The step as slurmstepd's callbacks see it: its facts, read once by
@@ -75,16 +74,6 @@ static struct {
 	char inherited_cut[600];
 } step;
 
-/*
- * Step environment values handed to the engine: the env.NAME list of
- * spank/PROTOCOL.md section 1, which the engine reads (envKeys in
- * spank/engine/engine.go). TestEnvKeysNamedOnce checks all three agree.
- */
-static const char *const request_env[] = {
-	"SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES",
-	"ROCR_VISIBLE_DEVICES", "SLURM_CONF", GB_ENV_OPTION,
-};
-
 void gb_stepd_user_init(void)
 {
 	step.have_cpus = !sched_getaffinity(0, sizeof(step.cpus), &step.cpus);
@@ -102,40 +91,6 @@ static const cpu_set_t *step_cpus(void)
 const struct gb_table *gb_stepd_plan(void)
 {
 	return step.plan_active ? &step.plan : NULL;
-}
-
-/*
- * spank_getenv into a malloc'd buffer, growing on ESPANK_NOSPACE.
- * Returns the value, or NULL when unset (*failed set on a real error).
- */
-static char *getenv_alloc(spank_t sp, const char *name, int *failed)
-{
-	int len = 256;
-
-	*failed = 0;
-	for (;;) {
-		char *buf = malloc(len);
-		spank_err_t rc;
-
-		if (!buf) {
-			gb_error("out of memory reading %s", name);
-			*failed = 1;
-			return NULL;
-		}
-		rc = spank_getenv(sp, name, buf, len);
-		if (rc == ESPANK_SUCCESS)
-			return buf;
-		free(buf);
-		if (rc == ESPANK_ENV_NOEXIST)
-			return NULL;
-		if (rc == ESPANK_NOSPACE && len < GB_ENV_MAX) {
-			len *= 4;
-			continue;
-		}
-		gb_spank_error("spank_getenv", name, rc);
-		*failed = 1;
-		return NULL;
-	}
 }
 
 static int get_u32(spank_t sp, spank_item_t item, const char *name,
@@ -164,7 +119,7 @@ static char *step_node_name(spank_t sp)
 	int failed = 0;
 
 	if (!nn)
-		nn = getenv_alloc(sp, "SLURMD_NODENAME", &failed);
+		nn = gb_spank_getenv(sp, "SLURMD_NODENAME", &failed);
 	if (failed)
 		return NULL;
 	if (!nn && !gethostname(host, sizeof(host))) {
@@ -230,117 +185,6 @@ static int step_get_info(spank_t sp)
 	return 0;
 }
 
-struct req {
-	char *p;
-	size_t len, cap;
-	int bad;
-	char why[256];
-};
-
-static void req_add(struct req *r, const char *key, const char *val)
-{
-	size_t need = strlen(key) + strlen(val) + 3;
-
-	if (r->bad)
-		return;
-	if (strpbrk(val, "\n\r")) {
-		(void) snprintf(r->why, sizeof(r->why),
-				"the value of %s holds a newline", key);
-		r->bad = 1;
-		return;
-	}
-	if (r->len + need > r->cap) {
-		size_t c = (r->cap ? r->cap : 4096);
-		char *x;
-
-		while (c < r->len + need)
-			c *= 2;
-		x = realloc(r->p, c);
-		if (!x) {
-			(void) snprintf(r->why, sizeof(r->why), "out of memory");
-			r->bad = 1;
-			return;
-		}
-		r->p = x;
-		r->cap = c;
-	}
-	r->len += sprintf(r->p + r->len, "%s=%s\n", key, val);
-}
-
-static int build_request(spank_t sp, const char *option, struct req *r)
-{
-	char num[32];
-	char *ids;
-	size_t idlen = 0;
-	int failed = 0;
-
-	req_add(r, "option", option);
-	/*
-	 * The admin's default= binds only what it can bind for sure: the
-	 * engine's strict checks apply (an assumed GRES order is an error), and
-	 * default_mode= decides what a failure does (gb_failed).
-	 */
-	req_add(r, "mode", gb_conf.mode_optional && !step.from_default ?
-			   "optional" : "enforce");
-	req_add(r, "source", gb_conf.source);
-	req_add(r, "root", gb_conf.root);
-	req_add(r, "snapshot", gb_conf.snapshot);
-	req_add(r, "cache_dir", gb_conf.cache_dir);
-	req_add(r, "gres_conf", gb_conf.gres_conf);
-	req_add(r, "force", gb_conf.force);
-	req_add(r, "never", gb_conf.never);
-	req_add(r, "nics", gb_conf.nics);
-
-	(void) snprintf(num, sizeof(num), "%u", (unsigned) step.uid);
-	req_add(r, "uid", num);
-	(void) snprintf(num, sizeof(num), "%u", (unsigned) step.gid);
-	req_add(r, "gid", num);
-	req_add(r, "node_name", step.node_name);
-	(void) snprintf(num, sizeof(num), "%u", step.local_task_count);
-	req_add(r, "local_tasks", num);
-	ids = malloc((size_t) step.local_task_count * 12 + 2);
-	if (!ids) {
-		gb_error("out of memory for %u task ids", step.local_task_count);
-		return -1;
-	}
-	ids[0] = '\0';
-	for (uint32_t i = 0; i < step.local_task_count; i++)
-		idlen += sprintf(ids + idlen, "%s%u", i ? "," : "",
-				 step.global_ids[i]);
-	req_add(r, "global_ids", ids);
-	free(ids);
-
-	for (size_t i = 0; i < sizeof(request_env) / sizeof(request_env[0]);
-	     i++) {
-		char key[64];
-		char *v;
-
-		(void) snprintf(key, sizeof(key), "env.%s", request_env[i]);
-		/*
-		 * Where gres.conf lives is the daemon's business, not the user's:
-		 * slurmstepd's own SLURM_CONF goes as slurm_conf, which the engine
-		 * reads as root (a root:slurm 0640 gres.conf is common); only
-		 * without it the job's, which the engine reads as the user.
-		 */
-		if (!strcmp(request_env[i], "SLURM_CONF") && getenv("SLURM_CONF")) {
-			req_add(r, "slurm_conf", getenv("SLURM_CONF"));
-			continue;
-		}
-		v = getenv_alloc(sp, request_env[i], &failed);
-		if (failed)
-			return -1;
-		if (!v)
-			continue;
-		req_add(r, key, v);
-		free(v);
-	}
-	if (r->bad) {
-		gb_error("cannot build the engine request: %s", r->why);
-		return -1;
-	}
-	return 0;
-}
-
 /*
  * Plan failed: enforce fails the step, optional runs it unbound (a step that
  * only default= binds: default_mode=, gb_failed). Either way init_post_opt
@@ -399,8 +243,8 @@ static void apply_admin_flags(struct gb_table *t)
 {
 	unsigned force = 0, never = 0;
 
-	if (gb_flags_parse(gb_conf.force, &force) ||
-	    gb_flags_parse(gb_conf.never, &never))
+	if (gb_flags_parse(gb_config()->force, &force) ||
+	    gb_flags_parse(gb_config()->never, &never))
 		never = ~0u; /* cannot happen: args.c wrote them */
 	t->flags = (t->flags | force) & ~never;
 }
@@ -419,7 +263,7 @@ static int plan_from_engine(const char *launcher, int launcher_fd,
 	int rc;
 
 	rc = gb_run_launcher(launcher_fd, launcher, snapshot_fd, request,
-			     gb_conf.timeout_ms, &res, err, sizeof(err));
+			     gb_config()->timeout_ms, &res, err, sizeof(err));
 	describe_exit(&res, ex, sizeof(ex));
 	if (rc) {
 		free(res.out);
@@ -473,9 +317,20 @@ static int plan_from_engine(const char *launcher, int launcher_fd,
  */
 static int plan_step(spank_t sp, const char *option)
 {
-	char launcher[1024], flags[64], err[2400];
-	struct req r = { 0 };
+	const struct gb_config *conf = gb_config();
+	struct gb_request req = {
+		.conf = conf,
+		.option = option,
+		.enforce = !conf->mode_optional || step.from_default,
+		.uid = step.uid,
+		.gid = step.gid,
+		.node_name = step.node_name,
+		.local_tasks = step.local_task_count,
+		.global_ids = step.global_ids,
+	};
+	char launcher[1024], flags[64], err[2400], *text = NULL;
 	struct gb_plancache pc;
+	size_t len;
 	int rc, lfd = -1, sfd = -1;
 
 	/*
@@ -487,23 +342,29 @@ static int plan_step(spank_t sp, const char *option)
 	if (gb_launcher_path(launcher, sizeof(launcher)) ||
 	    (lfd = gb_trust_open("launcher", launcher, O_PATH, err,
 				 sizeof(err))) < 0 ||
-	    (gb_conf.snapshot[0] &&
-	     (sfd = gb_trust_open("snapshot", gb_conf.snapshot, O_RDONLY, err,
+	    (conf->snapshot[0] &&
+	     (sfd = gb_trust_open("snapshot", conf->snapshot, O_RDONLY, err,
 				  sizeof(err))) < 0)) {
 		if (lfd >= 0)
 			(void) close(lfd);
 		return plan_failed(err[0] ? err : "the launcher path is too long");
 	}
 
-	if (build_request(sp, option, &r)) {
-		free(r.p);
+	rc = gb_request_fill(&req, sp);
+	if (!rc && !(text = gb_request_format(&req, 0, &len, err,
+					       sizeof(err)))) {
+		gb_error("cannot build the engine request: %s", err);
+		rc = -1;
+	}
+	if (rc) {
+		gb_request_free(&req);
 		(void) close(lfd);
 		if (sfd >= 0)
 			(void) close(sfd);
 		return plan_failed("cannot build the plan request");
 	}
 	/* A step shape planned before: its table, no launcher. */
-	gb_plancache_begin(&pc, launcher, r.p);
+	gb_plancache_begin(&pc, launcher, &req);
 	rc = 0;
 	if (!gb_plancache_get(&pc, step.local_task_count, &step.plan)) {
 		char memo[1000];
@@ -519,10 +380,12 @@ static int plan_step(spank_t sp, const char *option)
 					(long) GB_FAILMEMO_S - age);
 			rc = plan_failed(err);
 		} else {
-			rc = plan_from_engine(launcher, lfd, sfd, r.p, option, &pc);
+			rc = plan_from_engine(launcher, lfd, sfd, text, option,
+					      &pc);
 		}
 	}
-	free(r.p);
+	free(text);
+	gb_request_free(&req);
 	(void) close(lfd);
 	if (sfd >= 0)
 		(void) close(sfd);
@@ -609,7 +472,7 @@ static char *step_getenv(void *ctx, const char *name)
 {
 	int failed;
 
-	return getenv_alloc((spank_t) ctx, name, &failed);
+	return gb_spank_getenv((spank_t) ctx, name, &failed);
 }
 
 /* gb_default_decide on this step (its SLURM_STEP_GPUS, its local tasks). */
@@ -617,7 +480,7 @@ static int decide(spank_t sp, const char *option,
 		  struct gb_default_step *ds, enum gb_default_verdict *v)
 {
 	int failed;
-	char *gpus = getenv_alloc(sp, "SLURM_STEP_GPUS", &failed);
+	char *gpus = gb_spank_getenv(sp, "SLURM_STEP_GPUS", &failed);
 
 	if (failed)
 		return -1;
@@ -662,7 +525,7 @@ static int default_binding(spank_t sp, char *option, size_t len)
 	default:
 		break;
 	}
-	(void) gb_flags_parse(gb_conf.force, &force);   /* args.c wrote it */
+	(void) gb_flags_parse(gb_config()->force, &force);   /* args.c wrote it */
 	if (gb_default_option(option, step.verdict, force, text, sizeof(text)))
 		return plan_failed("default= is too long with visible=localid");
 	(void) snprintf(option, len, "%s", text);
@@ -695,26 +558,27 @@ static void inherited_option(spank_t sp, const char *option)
  */
 static int step_option(spank_t sp, char *option, size_t len)
 {
+	const struct gb_config *conf = gb_config();
 	char *envopt, user[512];
 	int failed, rc;
 
 	if (step_passes_option_on())
 		return 0;
-	envopt = getenv_alloc(sp, GB_ENV_OPTION, &failed);
+	envopt = gb_spank_getenv(sp, GB_ENV_OPTION, &failed);
 	if (failed)
 		return plan_failed("cannot read " GB_ENV_OPTION);
-	step.from_default = !gb_opt_set && !(envopt && *envopt);
+	step.from_default = !gb_user_option() && !(envopt && *envopt);
 	rc = gb_effective_option(envopt, option, len);
 	free(envopt);
-	if (!rc && !step.from_default && gb_conf.force[0] &&
-	    gb_conf.default_opt[0] && !gb_option_is_off(gb_conf.default_opt)) {
+	if (!rc && !step.from_default && conf->force[0] &&
+	    conf->default_opt[0] && !gb_option_is_off(conf->default_opt)) {
 		/*
 		 * The user's off means "as if I had asked nothing": the admin's
 		 * default, with what the admin forces. It cannot bypass force.
 		 */
 		gb_verbose("--%s=off with %s=force in plugstack.conf: the default=%s applies",
-			   GB_OPTION_NAME, gb_conf.force, gb_conf.default_opt);
-		(void) snprintf(option, len, "%s", gb_conf.default_opt);
+			   GB_OPTION_NAME, conf->force, conf->default_opt);
+		(void) snprintf(option, len, "%s", conf->default_opt);
 		step.from_default = 1;
 		rc = 1;
 	}
@@ -724,13 +588,13 @@ static int step_option(spank_t sp, char *option, size_t len)
 					"%s", user);
 		} else {
 			gb_verbose("the step has the user's own GPU binding (%s): the default=%s of plugstack.conf steps aside",
-				   user, gb_conf.default_opt);
+				   user, conf->default_opt);
 			return 0;
 		}
 	}
 	if (rc && step.from_default)
 		return default_binding(sp, option, len);
-	if (rc && !gb_opt_set)
+	if (rc && !gb_user_option())
 		inherited_option(sp, option);
 	return rc;   /* 0 for off: no child, no environment change */
 }
@@ -782,9 +646,9 @@ static int task_get_info(spank_t sp, struct task *tk)
 				"cannot read the global task id");
 		return -1;
 	}
-	tk->bind_type = getenv_alloc(sp, "SLURM_CPU_BIND_TYPE", &failed);
+	tk->bind_type = gb_spank_getenv(sp, "SLURM_CPU_BIND_TYPE", &failed);
 	if (!failed)
-		tk->bind_list = getenv_alloc(sp, "SLURM_CPU_BIND_LIST", &failed);
+		tk->bind_list = gb_spank_getenv(sp, "SLURM_CPU_BIND_LIST", &failed);
 	if (failed) {
 		(void) snprintf(tk->why, sizeof(tk->why),
 				"cannot read the task's CPU binding");
@@ -939,6 +803,7 @@ static void task_warn(const char *fmt, ...)
  */
 static int task_user_bind(spank_t sp, const struct task *tk)
 {
+	const char *given = gb_user_option();
 	char user[512];
 
 	if (step.user_bind[0])
@@ -949,18 +814,18 @@ static int task_user_bind(spank_t sp, const struct task *tk)
 		if (step.plan_active && tk->gid == 0)
 			task_warn("you gave both --%s=%s and your own GPU binding (%s): --%s applies",
 				  GB_OPTION_NAME,
-				  gb_opt_value[0] ? gb_opt_value : "(from " GB_ENV_OPTION ")",
+				  given && given[0] ? given : "(from " GB_ENV_OPTION ")",
 				  user, GB_OPTION_NAME);
 		return 0;
 	}
 	if (step.plan_active && (step.plan.flags & GB_FLAG_ISOLATE)) {
 		if (tk->lid == 0)
 			task_warn("the site's default --%s=%s (isolate) replaces your own GPU binding (%s)",
-				  GB_OPTION_NAME, gb_conf.default_opt, user);
+				  GB_OPTION_NAME, gb_config()->default_opt, user);
 		return 0;
 	}
 	gb_verbose("task %d has the user's own GPU binding (%s): the default=%s of plugstack.conf steps aside",
-		   tk->lid, user, gb_conf.default_opt);
+		   tk->lid, user, gb_config()->default_opt);
 	return 1;
 }
 

@@ -1,5 +1,5 @@
 /*
- * libFuzzer target: the plugstack.conf arguments (args.c gb_config_parse,
+ * libFuzzer target: the plugstack.conf arguments (args.c gb_config_load,
  * also `gpubind check`'s gpubind_check_args) and the option text after
  * precedence (gb_effective_option, gb_option_is_off), which holds the
  * user's --gpu-bind-topo or SLURM_GPU_BIND_TOPO. Input: arguments split at
@@ -12,13 +12,9 @@
 
 #include "gpubind.h"
 
-int gb_opt_set;
-char gb_opt_value[1024];
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char *s = malloc(size + 1), *av[64], err[1024], buf[1024];
-	struct gb_config c;
 	int ac = 0;
 
 	if (!s)
@@ -32,12 +28,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			break;
 		*nl = '\0';
 	}
-	memset(&c, 0, sizeof(c));
-	(void) gb_config_parse(ac, av, &c, err, sizeof(err));
+	(void) gb_config_load(ac, av, err, sizeof(err));
 	(void) gpubind_check_args(ac, av, err, sizeof(err));
-	gb_opt_set = strlen(av[0]) < sizeof(gb_opt_value);
-	if (gb_opt_set)
-		strcpy(gb_opt_value, av[0]);
+	(void) gb_user_option_set(av[0]);
 	(void) gb_effective_option(ac > 1 ? av[1] : NULL, buf, sizeof(buf));
 	(void) gb_option_is_off(av[0]);
 	free(s);

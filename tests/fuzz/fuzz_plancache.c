@@ -18,8 +18,6 @@
 #include "plancache.h"
 #include "table.h"
 
-struct gb_config gb_conf;
-
 static struct gb_plancache pc;
 static char key[] = "KEY\n";
 

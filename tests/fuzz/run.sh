@@ -27,7 +27,7 @@ rule_c=("$rule"/*.c)
 declare -A srcs=(
 	[table]="${rule_c[*]}"
 	[binds]="${rule_c[*]}"
-	[plancache]="$fe/plancache.c ${rule_c[*]} $root/tests/fuzz/stubs.c"
+	[plancache]="$fe/plancache.c $fe/request.c ${rule_c[*]} $root/tests/fuzz/stubs.c"
 	[args]="$fe/args.c ${rule_c[*]} $root/tests/fuzz/stubs.c"
 )
 targets=("$@")

@@ -1,7 +1,8 @@
 /*
  * What the fuzzed front-end files need from the rest of the plugin, without
  * Slurm: the log calls (silent; the format is still checked by the
- * compiler through gpubind.h) and the clock.
+ * compiler through gpubind.h), the clock, and spank_getenv, which
+ * request.c links against (no fuzz target reads the step environment).
  */
 #include "gpubind.h"
 
@@ -13,6 +14,16 @@ void gb_error(const char *fmt, ...) { (void) fmt; }
 void gb_info(const char *fmt, ...) { (void) fmt; }
 void gb_verbose(const char *fmt, ...) { (void) fmt; }
 void gb_debug(const char *fmt, ...) { (void) fmt; }
+void gb_spank_error(const char *call, const char *what, spank_err_t rc)
+{
+	(void) call; (void) what; (void) rc;
+}
+
+spank_err_t spank_getenv(spank_t sp, const char *var, char *buf, int len)
+{
+	(void) sp; (void) var; (void) buf; (void) len;
+	return ESPANK_ENV_NOEXIST;
+}
 
 long gb_now_us(void)
 {

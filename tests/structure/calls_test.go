@@ -165,3 +165,28 @@ func cycles(nodes map[string]string, edges map[string]map[string][]string) [][]s
 	}
 	return out
 }
+
+// TestNoMutableExternGlobals: state of the front end has one owner, the file that holds it;
+// others go through its functions (issue 35: gb_conf and the option state were extern and
+// written from anywhere). A global object the linker can see must be read-only after
+// relocation (.rodata, .data.rel.ro): tables of constants, the exported launcher path.
+func TestNoMutableExternGlobals(t *testing.T) {
+	for name, path := range frontendObjects(t) {
+		out, err := exec.Command("objdump", "-t", path).Output()
+		if err != nil {
+			t.Fatalf("objdump -t %s: %v", path, err)
+		}
+		sc := bufio.NewScanner(bytes.NewReader(out))
+		for sc.Scan() {
+			// "0000000000000000 g     O .bss	0000000000000004 gb_opt_set"
+			f := strings.Fields(sc.Text())
+			if len(f) < 6 || f[1] != "g" || f[2] != "O" {
+				continue
+			}
+			section, sym := f[3], f[len(f)-1]
+			if !strings.HasPrefix(section, ".rodata") && !strings.HasPrefix(section, ".data.rel.ro") {
+				t.Errorf("%s: global %s is writable (section %s): make it static and give its file the functions others need", name, sym, section)
+			}
+		}
+	}
+}
