@@ -30,12 +30,12 @@ const (
 // kfdTopologyDir is the KFD topology below the sysfs root.
 var kfdTopologyDir = []string{"devices", "virtual", "kfd", "kfd", "topology", "nodes"}
 
-// IsAMD reports whether the GPU is an AMD GPU.
-func (g *GPU) IsAMD() bool { return g.Vendor == VendorAMD }
+// isAMD reports whether the GPU is an AMD GPU.
+func (g *GPU) isAMD() bool { return g.Vendor == VendorAMD }
 
 // IsAMD reports whether the topology's GPUs are AMD GPUs (a node is one or the other:
 // DiscoverSysfs reads AMD GPUs only where it finds no NVIDIA GPU).
-func (t *Topology) IsAMD() bool { return len(t.GPUs) > 0 && t.GPUs[0].IsAMD() }
+func (t *Topology) IsAMD() bool { return len(t.GPUs) > 0 && t.GPUs[0].isAMD() }
 
 // AMDUUID is the UUID of a KFD unique_id as ROCr's ROCR_VISIBLE_DEVICES filter matches
 // it: "GPU-" and 16 upper-case hex digits (ROCr compares tokens case-sensitively with

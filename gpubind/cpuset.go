@@ -8,9 +8,9 @@ import (
 	"strings"
 )
 
-// MaxCPU bounds CPU ids accepted from any input, so that a hostile list such as
+// maxCPU bounds CPU ids accepted from any input, so that a hostile list such as
 // "0-999999999" cannot make the engine allocate gigabytes.
-const MaxCPU = 1 << 16
+const maxCPU = 1 << 16
 
 // CPUSet is a set of CPU ids as a bitmap. The zero value is the empty set.
 type CPUSet struct {
@@ -28,7 +28,7 @@ func NewCPUSet(cpus ...int) CPUSet {
 
 // Add puts cpu into the set.
 func (s *CPUSet) Add(cpu int) {
-	if cpu < 0 || cpu >= MaxCPU {
+	if cpu < 0 || cpu >= maxCPU {
 		return
 	}
 	for len(s.w) <= cpu/64 {
@@ -191,8 +191,8 @@ func parseCPUNum(t string) (int, error) {
 	if err != nil || n < 0 {
 		return 0, fmt.Errorf("%q is not a CPU number", t)
 	}
-	if n >= MaxCPU {
-		return 0, fmt.Errorf("CPU %d is above the limit %d", n, MaxCPU-1)
+	if n >= maxCPU {
+		return 0, fmt.Errorf("CPU %d is above the limit %d", n, maxCPU-1)
 	}
 	return n, nil
 }

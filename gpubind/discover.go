@@ -84,7 +84,7 @@ func Discover(o DiscoverOptions) (topo *Topology, notes []string, err error) {
 		if serr != nil {
 			return nv, []string{"sysfs not merged: " + serr.Error()}, nil
 		}
-		return Merge(nv, sys), nil, nil
+		return merge(nv, sys), nil, nil
 	case SourceAuto:
 		sys, serr := DiscoverSysfs(o.Root)
 		if !hostRoot {
@@ -104,15 +104,15 @@ func Discover(o DiscoverOptions) (topo *Topology, notes []string, err error) {
 		case len(nv.GPUs) == 0 && sys.IsAMD():
 			return sys, []string{"nvml lists no GPU: AMD GPUs from sysfs (KFD)"}, nil
 		}
-		return Merge(nv, sys), nil, nil
+		return merge(nv, sys), nil, nil
 	}
 	return nil, nil, fmt.Errorf("source %q: want auto, nvml, sysfs or snapshot", src)
 }
 
-// Merge fills the NVML topology with the facts only sysfs has (bridge chains, NICs,
+// merge fills the NVML topology with the facts only sysfs has (bridge chains, NICs,
 // NUMA nodes' CPUs) or that NVML did not report, recording sysfs as their source. GPUs
 // NVML does not list (hidden by the driver) are not added.
-func Merge(nv, sys *Topology) *Topology {
+func merge(nv, sys *Topology) *Topology {
 	out := *nv
 	out.GPUs = slices.Clone(nv.GPUs)
 	for i := range out.GPUs {

@@ -26,9 +26,9 @@
 //
 // Slurm's GPU numbers (SLURM_STEP_GPUS, SLURM_JOB_GPUS, a global CUDA_VISIBLE_DEVICES,
 // map:LIST) are GRES indices: positions in gres.conf's File= order, or PCI order with
-// AutoDetect=nvml. BuildGresMap maps GRES index -> File= device -> minor (stat rdev)
+// AutoDetect=nvml. buildGresMap maps GRES index -> File= device -> minor (stat rdev)
 // -> /proc/driver/nvidia/gpus/*/information -> PCI bus id. Lists may also hold GPU- and
-// MIG- UUIDs. ResolveStep decides the numbering the task will see: relative (with
+// MIG- UUIDs. resolveStep decides the numbering the task will see: relative (with
 // ConstrainDevices, the step's GPUs numbered from 0 in PCI order, as CUDA enumerates
 // them with CUDA_DEVICE_ORDER=PCI_BUS_ID) or global (NVML index); UUIDs stay UUIDs.
 // When the GRES mapping cannot be known (no gres.conf) Plan fails in enforce mode and

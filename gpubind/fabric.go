@@ -308,7 +308,7 @@ type TableFabric struct {
 // for PCIe and HGX nodes, whose tables stay as they were), the imex line, and keeps
 // such a plan out of the plugin's plan cache: the fabric changes without a file
 // changing.
-func (tab *Table) addFabric(t *Topology, st *Step, root string) {
+func (tab *Table) addFabric(t *Topology, st *step, root string) {
 	for id, sg := range st.GPUs {
 		f := t.GPUs[sg.Topo].Fabric
 		if !f.InDomain() {

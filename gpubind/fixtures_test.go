@@ -299,7 +299,7 @@ func TestNICsAndEnv(t *testing.T) {
 	if l := snapshot(t, "gh200").NICLink(1, 1).String(); l != "NODE" {
 		t.Errorf("gh200 GPU1-mlx5_1 %s", l)
 	}
-	tab, bs, err := runCase(t, planCase{policy: "closest,nic", tasks: 2, gpus: "5,0"}, topo, nil)
+	_, bs, err := runCase(t, planCase{policy: "closest,nic", tasks: 2, gpus: "5,0"}, topo, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func TestNICsAndEnv(t *testing.T) {
 		t.Errorf("log line %q", line)
 	}
 	// cpus flag: GPU-first plans bind the CPUs of the GPU's NUMA node.
-	tab, _, _ = runCase(t, planCase{policy: "closest,cpus", tasks: 2}, topo, nil)
+	tab, _, _ := runCase(t, planCase{policy: "closest,cpus", tasks: 2}, topo, nil)
 	if tab.Tasks[0].CPUs.String() != "0-55,112-167" || tab.Tasks[1].CPUs.String() != "56-111,168-223" {
 		t.Errorf("cpus flag: %v %v", tab.Tasks[0].CPUs, tab.Tasks[1].CPUs)
 	}

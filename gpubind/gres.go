@@ -28,11 +28,11 @@ type GresConf struct {
 	NodeLines int
 }
 
-// ParseGresConf reads gres.conf text for node (lines with a NodeName= that does not
+// parseGresConf reads gres.conf text for node (lines with a NodeName= that does not
 // name it are skipped; node "" matches every line). Only Name=gpu lines matter; File= and MultipleFiles= may use
 // brackets (/dev/nvidia[0-3]). Text has no file to be relative to, so Include is an error
 // here (ReadConf follows it, for ParseGresLines).
-func ParseGresConf(text, node string) (*GresConf, error) {
+func parseGresConf(text, node string) (*GresConf, error) {
 	var lines []ConfLine
 	for i, line := range strings.Split(text, "\n") {
 		l := ConfLine{Line: i + 1, Fields: confFields(line)}
@@ -40,7 +40,7 @@ func ParseGresConf(text, node string) (*GresConf, error) {
 			continue
 		}
 		if strings.EqualFold(l.Fields[0], "include") {
-			return nil, fmt.Errorf("%s: %s needs the including file's path (read the file with ReadConf)", l.Where("gres.conf"), strings.Join(l.Fields, " "))
+			return nil, fmt.Errorf("%s: %s needs the including file's path (read the file with ReadConf)", l.where("gres.conf"), strings.Join(l.Fields, " "))
 		}
 		lines = append(lines, l)
 	}
@@ -48,7 +48,7 @@ func ParseGresConf(text, node string) (*GresConf, error) {
 }
 
 // ParseGresLines reads gres.conf lines (from ReadConf, Include lines followed) for node,
-// as ParseGresConf does.
+// as parseGresConf does.
 func ParseGresLines(lines []ConfLine, node string) (*GresConf, error) {
 	gc := &GresConf{}
 	for _, l := range lines {
@@ -65,7 +65,7 @@ func (gc *GresConf) addLine(l ConfLine, node string) error {
 	for _, f := range l.Fields {
 		k, v, ok := strings.Cut(f, "=")
 		if !ok {
-			return fmt.Errorf("%s: %q is not KEY=VALUE", l.Where("gres.conf"), f)
+			return fmt.Errorf("%s: %q is not KEY=VALUE", l.where("gres.conf"), f)
 		}
 		kv[strings.ToLower(k)] = v
 	}
@@ -74,9 +74,9 @@ func (gc *GresConf) addLine(l ConfLine, node string) error {
 		return nil
 	}
 	if nn, ok := kv["nodename"]; ok {
-		hosts, err := ExpandHostlist(nn)
+		hosts, err := expandHostlist(nn)
 		if err != nil {
-			return fmt.Errorf("%s: NodeName=%s: %w", l.Where("gres.conf"), nn, err)
+			return fmt.Errorf("%s: NodeName=%s: %w", l.where("gres.conf"), nn, err)
 		}
 		match := node == ""
 		for _, h := range hosts {
@@ -109,17 +109,17 @@ func (gc *GresConf) addLine(l ConfLine, node string) error {
 	if files == "" {
 		return nil
 	}
-	list, err := ExpandHostlist(files)
+	list, err := expandHostlist(files)
 	if err != nil {
-		return fmt.Errorf("%s: File=%s: %w", l.Where("gres.conf"), files, err)
+		return fmt.Errorf("%s: File=%s: %w", l.where("gres.conf"), files, err)
 	}
 	gc.Files = append(gc.Files, list...)
 	return nil
 }
 
-// ExpandHostlist expands Slurm's bracket lists: "node[1-3,7],gpu" or "/dev/nvidia[0-3]".
+// expandHostlist expands Slurm's bracket lists: "node[1-3,7],gpu" or "/dev/nvidia[0-3]".
 // Zero padding is kept ("n[01-03]" gives n01 n02 n03).
-func ExpandHostlist(s string) ([]string, error) {
+func expandHostlist(s string) ([]string, error) {
 	var out []string
 	depth, start := 0, 0
 	var items []string
@@ -183,10 +183,10 @@ func ExpandHostlist(s string) ([]string, error) {
 	return out, nil
 }
 
-// ReadSmallFile reads a regular file of at most limit bytes. It refuses FIFOs, devices
+// readSmallFile reads a regular file of at most limit bytes. It refuses FIFOs, devices
 // and longer files, so a path from the environment cannot make a reader block or
 // allocate without bound.
-func ReadSmallFile(path string, limit int64) ([]byte, error) {
+func readSmallFile(path string, limit int64) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
@@ -248,8 +248,8 @@ func gresDeviceMinor(t *Topology, path string) (minor int, amd bool, err error) 
 	return int(min), true, nil
 }
 
-// GresMap maps GRES indices to GPUs (as topology indices). Index i is GRES index i.
-type GresMap struct {
+// gresMap maps GRES indices to GPUs (as topology indices). Index i is GRES index i.
+type gresMap struct {
 	GPUs []int // index into Topology.GPUs
 	// Files are the gres.conf File= device paths, one per GRES index; nil in PCI order.
 	Files []string
@@ -262,13 +262,13 @@ type GresMap struct {
 	Managed bool
 }
 
-// BuildGresMap maps each gres.conf File= entry to a GPU: file -> minor (stat rdev) ->
+// buildGresMap maps each gres.conf File= entry to a GPU: file -> minor (stat rdev) ->
 // GPU with that minor (from /proc/driver/nvidia/gpus/*/information or NVML). Without
 // File= entries (AutoDetect=nvml, or gc nil) GRES indices follow PCI order; with gc nil
 // the map is marked Assumed.
-func BuildGresMap(t *Topology, gc *GresConf, from string) (*GresMap, error) {
+func buildGresMap(t *Topology, gc *GresConf, from string) (*gresMap, error) {
 	if gc == nil || len(gc.Files) == 0 {
-		m := &GresMap{Source: "PCI order", Assumed: gc == nil}
+		m := &gresMap{Source: "PCI order", Assumed: gc == nil}
 		if gc != nil {
 			m.Source = "PCI order (gres.conf " + from + " has no GPU File= for this node, AutoDetect=" + gc.AutoDetect + ")"
 			// GPU lines only for other nodes and no AutoDetect=nvml: the node name is
@@ -281,7 +281,7 @@ func BuildGresMap(t *Topology, gc *GresConf, from string) (*GresMap, error) {
 		}
 		return m, nil
 	}
-	m := &GresMap{Source: "gres.conf " + from, Managed: true}
+	m := &gresMap{Source: "gres.conf " + from, Managed: true}
 	for idx, f := range gc.Files {
 		minor, amd, err := gresDeviceMinor(t, f)
 		if err != nil {
@@ -289,7 +289,7 @@ func BuildGresMap(t *Topology, gc *GresConf, from string) (*GresMap, error) {
 		}
 		g := -1
 		for i := range t.GPUs {
-			if t.GPUs[i].Minor == minor && t.GPUs[i].IsAMD() == amd {
+			if t.GPUs[i].Minor == minor && t.GPUs[i].isAMD() == amd {
 				g = i
 			}
 		}

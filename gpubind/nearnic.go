@@ -78,7 +78,7 @@ func ParseRails(list string) ([]string, error) {
 // PCIe switch, then on the same NUMA node, then the others; ties by id. A task sees at most
 // MaxPerTask GPUs (the rule's limit), so a list stops at MaxPerTask-1: the lines stay short
 // on nodes with hundreds of GPUs (MIG instances).
-func nearOrder(t *Topology, st *Step) map[int][]int {
+func nearOrder(t *Topology, st *step) map[int][]int {
 	out := map[int][]int{}
 	rank := func(a, b int) int {
 		ga, gb := &t.GPUs[st.GPUs[a].Topo], &t.GPUs[st.GPUs[b].Topo]

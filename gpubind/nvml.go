@@ -61,7 +61,7 @@ func DiscoverNVML(lib nvml.Interface) (topo *Topology, err error) {
 			g.NUMA = node
 			g.setSource("numa", BackendNVML)
 		}
-		if words, ret := d.GetCpuAffinity(MaxCPU / 64); ret == nvml.SUCCESS {
+		if words, ret := d.GetCpuAffinity(maxCPU / 64); ret == nvml.SUCCESS {
 			var s CPUSet
 			for w, bitsWord := range words {
 				for b := 0; b < 64; b++ {

@@ -8,20 +8,20 @@ import (
 
 // Policy names.
 const (
-	PolicyClosest = "closest"
-	PolicyPack    = "pack"
-	PolicySpread  = "spread"
-	PolicyMap     = "map"
-	PolicyPerTask = "per-task"
-	PolicySingle  = "single"
-	PolicyOff     = "off"
-	PolicyHelp    = "help"
+	policyClosest = "closest"
+	policyPack    = "pack"
+	policySpread  = "spread"
+	policyMap     = "map"
+	policyPerTask = "per-task"
+	policySingle  = "single"
+	policyOff     = "off"
+	policyHelp    = "help"
 )
 
 // Limits on option values, so that hostile input stays small.
 const (
 	MaxOptionLen  = 4096
-	MaxMapEntries = 4096
+	maxMapEntries = 4096
 	MaxPerTask    = 64
 	MaxShare      = 1024
 )
@@ -86,7 +86,7 @@ func (f *Flags) set(name string, v bool) bool {
 func (f Flags) String() string {
 	var out []string
 	for _, n := range FlagNames {
-		if f.Has(n) {
+		if f.has(n) {
 			out = append(out, n)
 		}
 	}
@@ -96,8 +96,8 @@ func (f Flags) String() string {
 	return strings.Join(out, ",")
 }
 
-// Has reports whether the named flag is set.
-func (f Flags) Has(name string) bool {
+// has reports whether the named flag is set.
+func (f Flags) has(name string) bool {
 	p := f.field(name)
 	return p != nil && *p
 }
@@ -105,10 +105,10 @@ func (f Flags) Has(name string) bool {
 // Apply returns f with the admin's forced flags set and forbidden flags cleared.
 func (f Flags) Apply(force, never Flags) Flags {
 	for _, n := range FlagNames {
-		if force.Has(n) {
+		if force.has(n) {
 			f.set(n, true)
 		}
-		if never.Has(n) {
+		if never.has(n) {
 			f.set(n, false)
 		}
 	}
@@ -170,9 +170,9 @@ func parseVisible(whole, t string) (v string, ok bool, err error) {
 func (o Option) String() string {
 	p := o.Policy
 	switch o.Policy {
-	case PolicyPerTask, PolicySingle:
+	case policyPerTask, policySingle:
 		p += ":" + strconv.Itoa(o.N)
-	case PolicyMap:
+	case policyMap:
 		p += ":" + strings.Join(o.Map, ",")
 	}
 	if f := o.Flags.String(); f != "-" {
@@ -185,7 +185,7 @@ func (o Option) String() string {
 }
 
 // policyDefs is the one list of the policies, in the order the help text and the error
-// messages give them: the parser accepts exactly these names, and BuildTable plans each
+// messages give them: the parser accepts exactly these names, and buildTable plans each
 // through its plan function (nil: the policy does not plan).
 var policyDefs = []struct {
 	name string
@@ -193,16 +193,16 @@ var policyDefs = []struct {
 	help string
 	plan func(*planner) error
 }{
-	{PolicyClosest, "", `(default) the GPU on the NUMA node of the task's CPUs; without a CPU
+	{policyClosest, "", `(default) the GPU on the NUMA node of the task's CPUs; without a CPU
 binding, spread tasks evenly over NUMA nodes and GPUs (GPU-first)`, planClosest},
-	{PolicyPack, "", "fill groups of GPUs joined by the best links (NVLink, PCIe switch) first", planPack},
-	{PolicySpread, "", "spread tasks over NUMA nodes and PCIe switches as far apart as possible", planSpread},
-	{PolicyMap, "LIST", `explicit GPU per task, Slurm map_gpu style: GRES indices (as in
+	{policyPack, "", "fill groups of GPUs joined by the best links (NVLink, PCIe switch) first", planPack},
+	{policySpread, "", "spread tasks over NUMA nodes and PCIe switches as far apart as possible", planSpread},
+	{policyMap, "LIST", `explicit GPU per task, Slurm map_gpu style: GRES indices (as in
 SLURM_STEP_GPUS / --gpu-bind=map_gpu) or GPU-/MIG- UUIDs; 0*4 repeats,
 the list is reused when tasks outnumber it (map:0,1,2*2)`, planMap},
-	{PolicyPerTask, "N", "the N best-connected GPUs per task", planPerTask},
-	{PolicySingle, "N", "N tasks share one GPU", planSingle},
-	{PolicyOff, "", "do nothing", nil},
+	{policyPerTask, "N", "the N best-connected GPUs per task", planPerTask},
+	{policySingle, "N", "N tasks share one GPU", planSingle},
+	{policyOff, "", "do nothing", nil},
 }
 
 func isPolicy(name string) bool {
@@ -261,7 +261,7 @@ func helpText() string {
 // ParseOption parses POLICY[,FLAG...] ("" is closest; a value that starts with a flag
 // also means closest). Map entries continue across commas until a flag.
 func ParseOption(s string) (Option, error) {
-	o := Option{Policy: PolicyClosest}
+	o := Option{Policy: policyClosest}
 	if len(s) > MaxOptionLen {
 		return o, fmt.Errorf("option is %d bytes long, more than %d", len(s), MaxOptionLen)
 	}
@@ -269,8 +269,8 @@ func ParseOption(s string) (Option, error) {
 	if s == "" {
 		return o, nil
 	}
-	if s == PolicyHelp {
-		return Option{Policy: PolicyHelp}, nil
+	if s == policyHelp {
+		return Option{Policy: policyHelp}, nil
 	}
 	tokens := strings.Split(s, ",")
 	policySet, inMap := false, false
@@ -306,7 +306,7 @@ func ParseOption(s string) (Option, error) {
 		policySet = true
 		o.Policy = name
 		switch name {
-		case PolicyMap:
+		case policyMap:
 			if !hasArg || arg == "" {
 				return o, fmt.Errorf("option %q: map needs a list, as in map:0,1,2,3", s)
 			}
@@ -314,9 +314,9 @@ func ParseOption(s string) (Option, error) {
 			if err := o.addMap(s, arg); err != nil {
 				return o, err
 			}
-		case PolicyPerTask, PolicySingle:
+		case policyPerTask, policySingle:
 			limit := MaxPerTask
-			if name == PolicySingle {
+			if name == policySingle {
 				limit = MaxShare
 			}
 			n, err := strconv.Atoi(arg)
@@ -338,8 +338,8 @@ func (o *Option) addMap(whole, entry string) error {
 	count := 1
 	if hasRep {
 		n, err := strconv.Atoi(rep)
-		if err != nil || n < 1 || n > MaxMapEntries {
-			return fmt.Errorf("option %q: map entry %q: repeat count must be 1..%d", whole, entry, MaxMapEntries)
+		if err != nil || n < 1 || n > maxMapEntries {
+			return fmt.Errorf("option %q: map entry %q: repeat count must be 1..%d", whole, entry, maxMapEntries)
 		}
 		count = n
 	}
@@ -355,8 +355,8 @@ func (o *Option) addMap(whole, entry string) error {
 		}
 		item = strconv.Itoa(n)
 	}
-	if len(o.Map)+count > MaxMapEntries {
-		return fmt.Errorf("option %q: map has more than %d entries", whole, MaxMapEntries)
+	if len(o.Map)+count > maxMapEntries {
+		return fmt.Errorf("option %q: map has more than %d entries", whole, maxMapEntries)
 	}
 	for i := 0; i < count; i++ {
 		o.Map = append(o.Map, item)

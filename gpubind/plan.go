@@ -7,10 +7,10 @@ import (
 	"strings"
 )
 
-// PlanInput is everything the planner needs for one node of a step.
-type PlanInput struct {
+// planInput is everything the planner needs for one node of a step.
+type planInput struct {
 	Topo   *Topology
-	Step   *Step
+	Step   *step
 	Tasks  int
 	Option Option
 	// Rails are the admin's RDMA devices for NCCL and UCX (plugstack nics=); nil: the
@@ -18,10 +18,10 @@ type PlanInput struct {
 	Rails []string
 }
 
-// BuildTable plans a step: it validates the option against the step, orders the
+// buildTable plans a step: it validates the option against the step, orders the
 // step's GPUs for the policy and fills the decision table, including the plan-time
 // answer for every task. Errors name the bad input.
-func BuildTable(in PlanInput) (*Table, error) {
+func buildTable(in planInput) (*Table, error) {
 	t, o, st := in.Topo, in.Option, in.Step
 	if in.Tasks < 0 || in.Tasks > MaxTableTasks {
 		return nil, fmt.Errorf("%d local tasks: want 0..%d", in.Tasks, MaxTableTasks)
@@ -59,7 +59,7 @@ func BuildTable(in PlanInput) (*Table, error) {
 	// CUDA enumerates only the first MIG device of CUDA_VISIBLE_DEVICES: a list of
 	// several would put every task on the first one's slice. The rule (rule/rule.c,
 	// gb_result_widen) gives a MIG task its own slice only; say so here.
-	if hasMIG(st) && (tab.Visible != "" || o.Policy == PolicyPerTask && o.N > 1) {
+	if hasMIG(st) && (tab.Visible != "" || o.Policy == policyPerTask && o.N > 1) {
 		tab.Status = StatusWarn
 		tab.Messages = append(tab.Messages, "the step's GPUs are MIG devices, and CUDA sees only the first MIG device a task lists: "+
 			"each task sees its own slice only (not "+migAsked(o)+")")
@@ -106,7 +106,7 @@ func BuildTable(in PlanInput) (*Table, error) {
 		}
 		tab.Tasks = append(tab.Tasks, k)
 	}
-	if in.Tasks > G*tab.Share/tab.PerTask && o.Policy != PolicyMap && o.Policy != PolicySingle {
+	if in.Tasks > G*tab.Share/tab.PerTask && o.Policy != policyMap && o.Policy != policySingle {
 		tab.Messages = append(tab.Messages, strconv.Itoa(in.Tasks)+" tasks share "+strconv.Itoa(G)+" GPUs")
 	}
 	return tab, nil
@@ -116,7 +116,7 @@ func BuildTable(in PlanInput) (*Table, error) {
 // table id, and pack, in pack order), and per task its GPUs (assign), the table's rule
 // fields and fallback, and the order of the numagpus lists (numaOrder).
 type planner struct {
-	in        PlanInput
+	in        planInput
 	tab       *Table
 	ids       []int // 0..G-1
 	pack      []int // ids in pack order
@@ -125,7 +125,7 @@ type planner struct {
 	numaOrder []int   // the order of the GPUs in the numagpus lists, ids unless set
 }
 
-func newPlanner(in PlanInput, tab *Table) *planner {
+func newPlanner(in planInput, tab *Table) *planner {
 	t, st := in.Topo, in.Step
 	ids := make([]int, len(st.GPUs))
 	for i := range ids {
@@ -236,7 +236,7 @@ func planMap(p *planner) error {
 
 // gpuCPUs is the CPU list of the NUMA nodes of the GPUs (their local CPUs when the
 // NUMA node is unknown).
-func gpuCPUs(t *Topology, st *Step, ids []int) CPUSet {
+func gpuCPUs(t *Topology, st *step, ids []int) CPUSet {
 	var s CPUSet
 	for _, id := range ids {
 		g := &t.GPUs[st.GPUs[id].Topo]
@@ -391,7 +391,7 @@ func interleave(lists [][]int) []int {
 }
 
 // mapEntry finds a map:LIST entry (GRES index or UUID) among the step's GPUs.
-func mapEntry(t *Topology, st *Step, e string) (int, error) {
+func mapEntry(t *Topology, st *step, e string) (int, error) {
 	for id, sg := range st.GPUs {
 		switch {
 		case sg.MIG != nil && sg.MIG.UUID == e:
@@ -417,11 +417,11 @@ func mapEntry(t *Topology, st *Step, e string) (int, error) {
 
 // devPath is the device node of a step GPU: gres.conf's File= (what Slurm constrains), else
 // the driver's /dev/nvidiaN when the minor is known (AMD: the render node).
-func devPath(sg StepGPU, g *GPU) string {
+func devPath(sg stepGPU, g *GPU) string {
 	switch {
 	case sg.Dev != "" && !strings.ContainsAny(sg.Dev, " \t\r\n"): // one table field
 		return sg.Dev
-	case g.Minor >= 0 && g.IsAMD():
+	case g.Minor >= 0 && g.isAMD():
 		return "/dev/dri/renderD" + strconv.Itoa(g.Minor)
 	case g.Minor >= 0:
 		return "/dev/nvidia" + strconv.Itoa(g.Minor)
@@ -430,7 +430,7 @@ func devPath(sg StepGPU, g *GPU) string {
 }
 
 // hasMIG tells whether some step GPU is a MIG device.
-func hasMIG(st *Step) bool {
+func hasMIG(st *step) bool {
 	for _, g := range st.GPUs {
 		if g.MIG != nil {
 			return true

@@ -26,19 +26,19 @@ func Plan(r PlanRequest) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opt.Policy == PolicyOff || opt.Policy == PolicyHelp {
+	if opt.Policy == policyOff || opt.Policy == policyHelp {
 		return nil, fmt.Errorf("option %q: policy %s does not plan", r.Option, opt.Policy)
 	}
 	opt.Flags = opt.Flags.Apply(r.Force, r.Never)
 	if r.Topo == nil {
 		return nil, fmt.Errorf("no topology")
 	}
-	gm, err := BuildGresMap(r.Topo, r.Gres, r.GresFrom)
+	gm, err := buildGresMap(r.Topo, r.Gres, r.GresFrom)
 	if err != nil {
 		return nil, err
 	}
 	gm.Managed = gm.Managed || r.SlurmGres
-	st, err := ResolveStep(r.Topo, r.Env, gm, r.Numbering)
+	st, err := resolveStep(r.Topo, r.Env, gm, r.Numbering)
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +53,7 @@ func Plan(r PlanRequest) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	tab, err := BuildTable(PlanInput{Topo: r.Topo, Step: st, Tasks: r.Tasks, Option: opt, Rails: r.Rails})
+	tab, err := buildTable(planInput{Topo: r.Topo, Step: st, Tasks: r.Tasks, Option: opt, Rails: r.Rails})
 	if err != nil {
 		return nil, err
 	}

@@ -26,8 +26,8 @@ const (
 	ConfPlugstack
 )
 
-// MaxConfBytes bounds each configuration file read.
-const MaxConfBytes = 4 << 20
+// maxConfBytes bounds each configuration file read.
+const maxConfBytes = 4 << 20
 
 // maxIncludeDepth bounds nested Include lines (a file that includes itself).
 const maxIncludeDepth = 8
@@ -35,14 +35,14 @@ const maxIncludeDepth = 8
 // ConfLine is one line of a configuration file that has words, without its comment, with
 // the file and line number it came from.
 type ConfLine struct {
-	File   string // "" for text that came from no file (ParseGresConf)
+	File   string // "" for text that came from no file (parseGresConf)
 	Line   int
 	Fields []string
 }
 
-// Where names the line in messages: "FILE line N", or "gres.conf line N" and the like for
+// where names the line in messages: "FILE line N", or "gres.conf line N" and the like for
 // text without a file.
-func (l ConfLine) Where(what string) string {
+func (l ConfLine) where(what string) string {
 	if l.File == "" {
 		return fmt.Sprintf("%s line %d", what, l.Line)
 	}
@@ -62,7 +62,7 @@ func readConf(out *[]ConfLine, path string, format ConfFormat, under func(string
 	if depth > maxIncludeDepth {
 		return fmt.Errorf("%s: Include nested more than %d deep", path, maxIncludeDepth)
 	}
-	b, err := ReadSmallFile(path, MaxConfBytes)
+	b, err := readSmallFile(path, maxConfBytes)
 	if err != nil {
 		return err
 	}
@@ -89,7 +89,7 @@ func readConf(out *[]ConfLine, path string, format ConfFormat, under func(string
 				}
 			}
 			if err != nil {
-				return fmt.Errorf("%s: %s %s: %w", l.Where(""), l.Fields[0], pat, err)
+				return fmt.Errorf("%s: %s %s: %w", l.where(""), l.Fields[0], pat, err)
 			}
 		}
 	}
@@ -113,7 +113,7 @@ func includePatterns(l ConfLine, format ConfFormat) ([]string, bool, error) {
 		return nil, false, nil
 	}
 	if len(l.Fields) != 2 {
-		return nil, true, fmt.Errorf("%s: want \"Include FILE\"", l.Where(""))
+		return nil, true, fmt.Errorf("%s: want \"Include FILE\"", l.where(""))
 	}
 	return l.Fields[1:], true, nil
 }
@@ -131,8 +131,8 @@ func includedFiles(from, pat string, format ConfFormat, under func(string) strin
 	return filepath.Glob(pat)
 }
 
-// ConfValues returns the values of key (any case) in KEY=VALUE words, in file order.
-func ConfValues(lines []ConfLine, key string) []string {
+// confValues returns the values of key (any case) in KEY=VALUE words, in file order.
+func confValues(lines []ConfLine, key string) []string {
 	var out []string
 	for _, l := range lines {
 		for _, w := range l.Fields {
@@ -146,7 +146,7 @@ func ConfValues(lines []ConfLine, key string) []string {
 
 // ConfValue is the value Slurm uses for a key given more than once: the last one ("" none).
 func ConfValue(lines []ConfLine, key string) string {
-	v := ConfValues(lines, key)
+	v := confValues(lines, key)
 	if len(v) == 0 {
 		return ""
 	}
@@ -187,9 +187,9 @@ func (s *SlurmSettings) Numbering() Numbering {
 	return NumberingGlobal
 }
 
-// DefaultGresConf is where the engine looks for gres.conf when neither the plugin's
+// defaultGresConf is where the engine looks for gres.conf when neither the plugin's
 // gres_conf= nor SLURM_CONF says: Debian's configuration directory.
-const DefaultGresConf = "/etc/slurm/gres.conf"
+const defaultGresConf = "/etc/slurm/gres.conf"
 
 // DefaultCacheDir holds the engine's per-boot discovery cache and the front end's plan
 // cache (plugstack cache_dir=); /run is a tmpfs, emptied at boot. The C front end's
@@ -197,7 +197,7 @@ const DefaultGresConf = "/etc/slurm/gres.conf"
 const DefaultCacheDir = "/run/gpubind"
 
 // GresConfPath is the gres.conf the engine reads: the plugin's gres_conf= argument when
-// given, else gres.conf next to the step's slurm.conf, else DefaultGresConf.
+// given, else gres.conf next to the step's slurm.conf, else defaultGresConf.
 func GresConfPath(gresConfArg, slurmConf string) string {
 	switch {
 	case gresConfArg != "":
@@ -205,7 +205,7 @@ func GresConfPath(gresConfArg, slurmConf string) string {
 	case slurmConf != "":
 		return filepath.Join(filepath.Dir(slurmConf), "gres.conf")
 	}
-	return DefaultGresConf
+	return defaultGresConf
 }
 
 // NodeConf is what a node's Slurm configuration gives the plan.
@@ -242,7 +242,7 @@ func linesFiles(lines []ConfLine) []string {
 
 // LoadNodeConf reads the configuration as the plugin's engine does on a node. slurmConf is
 // the step's SLURM_CONF ("" unknown: numbering auto); gresConf the plugin's gres_conf=
-// argument ("": gres.conf next to slurm.conf, else DefaultGresConf, each only if it
+// argument ("": gres.conf next to slurm.conf, else defaultGresConf, each only if it
 // exists); node the node's name for gres.conf NodeName= ("": the short host name).
 func LoadNodeConf(slurmConf, gresConf, node string) (*NodeConf, error) {
 	nc := &NodeConf{Numbering: NumberingAuto}
@@ -250,16 +250,16 @@ func LoadNodeConf(slurmConf, gresConf, node string) (*NodeConf, error) {
 	if slurmConf != "" {
 		nc.addRead(slurmConf, filepath.Join(filepath.Dir(slurmConf), "cgroup.conf"))
 		if node == "" {
-			node = ShortHostname()
+			node = shortHostname()
 		}
 		if s, lines, err := ReadSlurmSettings(slurmConf, "", nil); err == nil {
 			nc.Numbering = s.Numbering()
-			nc.SlurmGres = NodeHasGPUGres(lines, node)
+			nc.SlurmGres = nodeHasGPUGres(lines, node)
 			nc.addRead(linesFiles(lines)...)
 		}
 	}
 	if node == "" {
-		node = ShortHostname()
+		node = shortHostname()
 	}
 	nc.addRead(path)
 	if _, err := os.Stat(path); err != nil && gresConf == "" {
@@ -278,9 +278,9 @@ func LoadNodeConf(slurmConf, gresConf, node string) (*NodeConf, error) {
 	return nc, nil
 }
 
-// NodeHasGPUGres says whether slurm.conf's NodeName= lines give node a gpu GRES (Gres=gpu,
+// nodeHasGPUGres says whether slurm.conf's NodeName= lines give node a gpu GRES (Gres=gpu,
 // Gres=gpu:h100:8, ...), NodeName=DEFAULT lines included.
-func NodeHasGPUGres(lines []ConfLine, node string) bool {
+func nodeHasGPUGres(lines []ConfLine, node string) bool {
 	has := false
 	for _, l := range lines {
 		if len(l.Fields) == 0 {
@@ -291,7 +291,7 @@ func NodeHasGPUGres(lines []ConfLine, node string) bool {
 			continue
 		}
 		if !strings.EqualFold(names, "default") {
-			hosts, err := ExpandHostlist(names)
+			hosts, err := expandHostlist(names)
 			if err != nil || !slices.Contains(hosts, node) {
 				continue
 			}
@@ -311,8 +311,8 @@ func NodeHasGPUGres(lines []ConfLine, node string) bool {
 	return has
 }
 
-// ShortHostname is this host's name up to the first dot: Slurm's usual node name.
-func ShortHostname() string {
+// shortHostname is this host's name up to the first dot: Slurm's usual node name.
+func shortHostname() string {
 	h, _ := os.Hostname()
 	short, _, _ := strings.Cut(h, ".")
 	return short

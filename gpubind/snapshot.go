@@ -34,7 +34,7 @@ func ParseSnapshot(data []byte) (*Topology, error) {
 // LoadSnapshot reads and parses a snapshot file and marks every fact as coming from it
 // (the sources the snapshot recorded are kept under "captured.<fact>").
 func LoadSnapshot(path string) (*Topology, error) {
-	data, err := ReadSmallFile(path, MaxSnapshotBytes)
+	data, err := readSmallFile(path, MaxSnapshotBytes)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}

@@ -38,8 +38,8 @@ type StepEnv struct {
 	CudaVisible *string // CUDA_VISIBLE_DEVICES
 }
 
-// StepGPU is one GPU (or MIG instance) the step may use.
-type StepGPU struct {
+// stepGPU is one GPU (or MIG instance) the step may use.
+type stepGPU struct {
 	Topo    int        // index into Topology.GPUs
 	MIG     *MIGDevice // nil for a whole GPU
 	Gres    int        // GRES index, -1 unknown
@@ -48,9 +48,9 @@ type StepGPU struct {
 	Dev string
 }
 
-// Step is the resolved set of GPUs of a step.
-type Step struct {
-	GPUs      []StepGPU // sorted by bus id (then MIG GI/CI)
+// step is the resolved set of GPUs of a step.
+type step struct {
+	GPUs      []stepGPU // sorted by bus id (then MIG GI/CI)
 	Numbering Numbering // as decided
 	Notes     []string  // warnings about assumptions (never silent)
 	// Unknown is set when the GRES -> GPU mapping had to be assumed: the engine turns it
@@ -64,9 +64,9 @@ type listItem struct {
 	uuid string
 }
 
-// ParseGPUList parses a GPU list as Slurm and CUDA write it: "0,1,3", "GPU-...",
+// parseGPUList parses a GPU list as Slurm and CUDA write it: "0,1,3", "GPU-...",
 // "MIG-...", mixed. what names the variable in errors.
-func ParseGPUList(what, s string) ([]listItem, error) {
+func parseGPUList(what, s string) ([]listItem, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return nil, nil
@@ -117,7 +117,7 @@ func findUUID(t *Topology, u string) (int, *MIGDevice) {
 	return -1, nil
 }
 
-// ResolveStep finds the step's GPUs. Slurm numbers (SLURM_STEP_GPUS) are GRES indices,
+// resolveStep finds the step's GPUs. Slurm numbers (SLURM_STEP_GPUS) are GRES indices,
 // mapped through gm; UUIDs are looked up directly. SLURM_JOB_GPUS without SLURM_STEP_GPUS
 // is a step without GPUs in a job with GPUs: no GPUs.
 // CUDA_VISIBLE_DEVICES decides the numbering under NumberingAuto, and is the GPU list
@@ -125,8 +125,8 @@ func findUUID(t *Topology, u string) (int, *MIGDevice) {
 // on the node (gm.Managed), the step has no GPUs (Slurm unsets SLURM_STEP_GPUS and
 // CUDA_VISIBLE_DEVICES for a step without GPUs); elsewhere it may use every GPU of the
 // node.
-func ResolveStep(t *Topology, env StepEnv, gm *GresMap, num Numbering) (*Step, error) {
-	st := &Step{Numbering: num}
+func resolveStep(t *Topology, env StepEnv, gm *gresMap, num Numbering) (*step, error) {
+	st := &step{Numbering: num}
 	var slurmName string
 	var slurmList *string
 	switch {
@@ -171,7 +171,7 @@ func ResolveStep(t *Topology, env StepEnv, gm *GresMap, num Numbering) (*Step, e
 
 // defaultGlobal turns NumberingAuto into NumberingGlobal, for the sources that give no
 // reason to think the tasks number their GPUs from 0.
-func (st *Step) defaultGlobal() {
+func (st *step) defaultGlobal() {
 	if st.Numbering == NumberingAuto {
 		st.Numbering = NumberingGlobal
 	}
@@ -184,12 +184,12 @@ type pick struct {
 	gres int
 }
 
-// stepResolver holds what ResolveStep's sources share: the node, the parsed
+// stepResolver holds what resolveStep's sources share: the node, the parsed
 // CUDA_VISIBLE_DEVICES, and the picks so far.
 type stepResolver struct {
 	t        *Topology
-	gm       *GresMap
-	st       *Step
+	gm       *gresMap
+	st       *step
 	cvdText  string     // CUDA_VISIBLE_DEVICES as set
 	cvd      []listItem // CUDA_VISIBLE_DEVICES parsed, nil when unset or empty
 	cvdUUIDs bool       // CUDA_VISIBLE_DEVICES names UUIDs (never mixed with indices)
@@ -197,7 +197,7 @@ type stepResolver struct {
 }
 
 func (r *stepResolver) parseCUDAVisible(s string) error {
-	cvd, err := ParseGPUList("CUDA_VISIBLE_DEVICES", s)
+	cvd, err := parseGPUList("CUDA_VISIBLE_DEVICES", s)
 	if err != nil {
 		return err
 	}
@@ -237,7 +237,7 @@ func (r *stepResolver) addGres(what string, n int) error {
 // (MIG slices, or Slurm 25.11's GPU- UUIDs); an index one decides the numbering.
 func (r *stepResolver) fromSlurm(name, list string) error {
 	gm, st := r.gm, r.st
-	items, err := ParseGPUList(name, list)
+	items, err := parseGPUList(name, list)
 	if err != nil {
 		return err
 	}
@@ -359,7 +359,7 @@ func (r *stepResolver) collect() error {
 			return fmt.Errorf("the step's GPU list names %s twice", key)
 		}
 		seen[key] = true
-		sg := StepGPU{Topo: p.topo, MIG: p.mig, Gres: p.gres}
+		sg := stepGPU{Topo: p.topo, MIG: p.mig, Gres: p.gres}
 		if p.gres >= 0 && p.gres < len(gm.Files) {
 			sg.Dev = gm.Files[p.gres]
 		}

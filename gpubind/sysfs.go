@@ -222,7 +222,7 @@ func readNvidiaInformation(root string) (map[string]nvInfo, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading %s: %w", p, err)
 		}
-		bus, info, err := ParseNvidiaInformation(string(b))
+		bus, info, err := parseNvidiaInformation(string(b))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
@@ -231,9 +231,9 @@ func readNvidiaInformation(root string) (map[string]nvInfo, error) {
 	return out, nil
 }
 
-// ParseNvidiaInformation parses one /proc/driver/nvidia/gpus/BUS/information file and
+// parseNvidiaInformation parses one /proc/driver/nvidia/gpus/BUS/information file and
 // returns the normalised bus id with the minor number, UUID and model.
-func ParseNvidiaInformation(text string) (string, nvInfo, error) {
+func parseNvidiaInformation(text string) (string, nvInfo, error) {
 	info := nvInfo{minor: -1}
 	var bus string
 	sc := bufio.NewScanner(strings.NewReader(text))
@@ -365,12 +365,12 @@ func DriverVersion(root string) string {
 	if err != nil {
 		return ""
 	}
-	return ParseDriverVersion(string(b))
+	return parseDriverVersion(string(b))
 }
 
-// ParseDriverVersion extracts the version from the "NVRM version:" line of
+// parseDriverVersion extracts the version from the "NVRM version:" line of
 // /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  ...").
-func ParseDriverVersion(text string) string {
+func parseDriverVersion(text string) string {
 	for _, line := range strings.Split(text, "\n") {
 		rest, ok := strings.CutPrefix(line, "NVRM version:")
 		if !ok {

@@ -16,7 +16,7 @@ const (
 	MaxTableTasks   = 4096
 	MaxTableGPUs    = 1024
 	MaxTableNUMA    = 1024
-	MaxTableDepends = 64
+	maxTableDepends = 64
 	RuleTable       = "table"
 	RuleNUMA        = "numa"
 	StatusOK        = "ok"
@@ -175,7 +175,7 @@ func (t *Table) Encode(w io.Writer) error {
 		}
 		uncacheable := t.NoCache
 		for i, d := range t.Depends {
-			if i == MaxTableDepends || strings.ContainsFunc(d, func(r rune) bool { return r <= ' ' || r > '~' }) {
+			if i == maxTableDepends || strings.ContainsFunc(d, func(r rune) bool { return r <= ' ' || r > '~' }) {
 				uncacheable = true // a file the plan cache cannot name: never cache this plan
 				break
 			}
@@ -189,7 +189,7 @@ func (t *Table) Encode(w io.Writer) error {
 	var buf bytes.Buffer
 	for _, l := range lines {
 		if len(l) > MaxTableLine {
-			return fmt.Errorf("table line longer than %d bytes: %.60q...", MaxTableLine, l)
+			return fmt.Errorf("table line longer than %d bytes (it starts %.60q)", MaxTableLine, l)
 		}
 		buf.WriteString(l)
 		buf.WriteByte('\n')

@@ -7,11 +7,11 @@ import (
 	"strings"
 )
 
-// CompressHostlist writes names as Slurm's compressed hostlist ("gb[01-04,07],login1"),
-// the inverse of ExpandHostlist: names with the same prefix and a numeric suffix of the
+// compressHostlist writes names as Slurm's compressed hostlist ("gb[01-04,07],login1"),
+// the inverse of expandHostlist: names with the same prefix and a numeric suffix of the
 // same width are joined in ranges; the others stay as they are. Names are sorted and
 // duplicates dropped.
-func CompressHostlist(names []string) string {
+func compressHostlist(names []string) string {
 	type key struct {
 		prefix string
 		width  int
@@ -91,27 +91,27 @@ func CompressHostlist(names []string) string {
 	return strings.Join(parts, ",")
 }
 
-// NVLBlock is one NVLink clique across nodes: a Slurm topology/block block.
-type NVLBlock struct {
+// nvlBlock is one NVLink clique across nodes: a Slurm topology/block block.
+type nvlBlock struct {
 	ClusterUUID string
 	CliqueID    uint32
 	Nodes       []string
 }
 
-// Name is the block's BlockName: the cluster UUID's first 8 digits and the clique id
+// name is the block's BlockName: the cluster UUID's first 8 digits and the clique id
 // (Slurm takes any unique name).
-func (b NVLBlock) Name() string {
+func (b nvlBlock) name() string {
 	return fmt.Sprintf("nvl%s_%d", strings.SplitN(b.ClusterUUID, "-", 2)[0], b.CliqueID)
 }
 
-// NVLBlocks groups node snapshots by NVLink clique (cluster UUID and clique id, what NCCL
+// nvlBlocks groups node snapshots by NVLink clique (cluster UUID and clique id, what NCCL
 // compares): nodes whose GPUs all have a usable fabric in one clique form blocks; the
 // others are returned in left with the reason ("fabric in_progress", "no multi-node
 // NVLink", ...). Every topology must name its host; hosts must be unique.
-func NVLBlocks(nodes []*Topology) (blocks []NVLBlock, left map[string]string, err error) {
+func nvlBlocks(nodes []*Topology) (blocks []nvlBlock, left map[string]string, err error) {
 	left = map[string]string{}
 	seen := map[string]bool{}
-	byClique := map[string]*NVLBlock{}
+	byClique := map[string]*nvlBlock{}
 	for _, t := range nodes {
 		if t.Host == "" || strings.ContainsAny(t.Host, " ,[]=\t\n") {
 			return nil, nil, fmt.Errorf("snapshot without a usable host name (%q): write it with `gpubind snapshot` on the node", t.Host)
@@ -128,7 +128,7 @@ func NVLBlocks(nodes []*Topology) (blocks []NVLBlock, left map[string]string, er
 		b := byClique[clique]
 		if b == nil {
 			f := t.GPUs[0].Fabric
-			b = &NVLBlock{ClusterUUID: f.ClusterUUID, CliqueID: f.CliqueID}
+			b = &nvlBlock{ClusterUUID: f.ClusterUUID, CliqueID: f.CliqueID}
 			byClique[clique] = b
 		}
 		b.Nodes = append(b.Nodes, t.Host)
@@ -167,11 +167,11 @@ func nodeClique(t *Topology) (clique, why string) {
 	return clique, ""
 }
 
-// BlockSizes is the BlockSizes= value for blocks: the planning base block size is the
+// blockSizes is the BlockSizes= value for blocks: the planning base block size is the
 // smallest block (Slurm refuses a block with fewer nodes than it), then the base times
 // each power of two up to the number of blocks, since Slurm wants every further size a
 // power-of-two multiple of the base.
-func BlockSizes(blocks []NVLBlock) []int {
+func blockSizes(blocks []nvlBlock) []int {
 	base := 0
 	for _, b := range blocks {
 		if base == 0 || len(b.Nodes) < base {
@@ -191,7 +191,7 @@ func BlockSizes(blocks []NVLBlock) []int {
 // TopologyConf writes topology.conf for Slurm's topology/block plugin: one BlockName line
 // per NVLink clique, the BlockSizes line, and the nodes left out in comments.
 func TopologyConf(nodes []*Topology) (string, error) {
-	blocks, left, err := NVLBlocks(nodes)
+	blocks, left, err := nvlBlocks(nodes)
 	if err != nil {
 		return "", err
 	}
@@ -204,9 +204,9 @@ func TopologyConf(nodes []*Topology) (string, error) {
 	}
 	for _, bl := range blocks {
 		fmt.Fprintf(&b, "# clique %s.%d: %d nodes\n", bl.ClusterUUID, bl.CliqueID, len(bl.Nodes))
-		fmt.Fprintf(&b, "BlockName=%s Nodes=%s\n", bl.Name(), CompressHostlist(bl.Nodes))
+		fmt.Fprintf(&b, "BlockName=%s Nodes=%s\n", bl.name(), compressHostlist(bl.Nodes))
 	}
-	if sizes := BlockSizes(blocks); len(sizes) > 0 {
+	if sizes := blockSizes(blocks); len(sizes) > 0 {
 		s := make([]string, len(sizes))
 		for i, v := range sizes {
 			s[i] = strconv.Itoa(v)
@@ -225,7 +225,7 @@ func TopologyConf(nodes []*Topology) (string, error) {
 		sort.Strings(whys)
 		b.WriteString("# Not in any block:\n")
 		for _, w := range whys {
-			fmt.Fprintf(&b, "#   %s: %s\n", CompressHostlist(byWhy[w]), w)
+			fmt.Fprintf(&b, "#   %s: %s\n", compressHostlist(byWhy[w]), w)
 		}
 	}
 	return b.String(), nil

@@ -31,13 +31,9 @@ import (
 
 func main() {}
 
-// Version is the library version; it must match GPUHELPER_VERSION_* in gpuhelper.h (checked by
-// the tests).
-const Version = "1.3.0"
-
-// DefaultTimeout is how long a rank waits for another rank's data unless GPUHELPER_TIMEOUT says
+// defaultTimeout is how long a rank waits for another rank's data unless GPUHELPER_TIMEOUT says
 // otherwise: generous, because rank 0 may spend a long time starting CUDA before it publishes.
-const DefaultTimeout = 300 * time.Second
+const defaultTimeout = 300 * time.Second
 
 // codeError carries a GPUHELPER_E... code with its message.
 type codeError struct {
@@ -112,7 +108,7 @@ type config struct {
 }
 
 func readConfig() (config, error) {
-	c := config{timeout: DefaultTimeout, library: getenv("GPUHELPER_NCCL_LIBRARY")}
+	c := config{timeout: defaultTimeout, library: getenv("GPUHELPER_NCCL_LIBRARY")}
 	if v := strings.TrimSpace(getenv("GPUHELPER_TIMEOUT")); v != "" {
 		s, err := strconv.ParseFloat(v, 64)
 		if err != nil || s <= 0 || s > 1e6 {
@@ -300,7 +296,7 @@ func initLocked() error {
 	info := kv.Info()
 	cfg, err := readConfig()
 	if err != nil {
-		cfg.timeout = DefaultTimeout
+		cfg.timeout = defaultTimeout
 		return fail(&failedInit{kv: kv, cfg: cfg, info: info, err: err})
 	}
 	root := getenv("GPUHELPER_SYSROOT")

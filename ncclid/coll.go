@@ -58,8 +58,8 @@ func (e *Exchanger) bcast(c *coll, root int, data []byte, n int) ([]byte, error)
 		c.published = true
 	}
 	// Like the world ID: under Auto, every rank reading one root is a fence from
-	// AutoFenceNodes nodes on (Mode.Fences), else a direct Get.
-	if e.Mode.Fences(in.NumNodes, 1, false) && !c.fenced {
+	// autoFenceNodes nodes on (Mode.fences), else a direct Get.
+	if e.Mode.fences(in.NumNodes, 1, false) && !c.fenced {
 		if err := e.fence(true, "bcast: fence"); err != nil {
 			return nil, err
 		}
@@ -78,13 +78,13 @@ func (e *Exchanger) bcast(c *coll, root int, data []byte, n int) ([]byte, error)
 	return v, nil
 }
 
-// GatherFrom is the job size from which Allgather gathers at rank 0 (when the whole result
+// gatherFrom is the job size from which Allgather gathers at rank 0 (when the whole result
 // fits in MaxCollBytes) instead of every rank reading every other rank's value. Read one by
 // one, the values cost n-1 Gets on every rank: O(n^2) requests to the PMIx servers, 9.5 s for
 // 8 bytes at 1,024 ranks on the GPU machine. Gathered, rank 0 makes n-1 Gets and publishes the
 // result under one key, which the others read with one Get after a second fence: O(n) in all.
 // Below this size the one-by-one reads save the second fence and rank 0's serial Gets.
-const GatherFrom = 16
+const gatherFrom = 16
 
 // Allgather returns every rank's data, in rank order; all ranks pass the same size. A rank
 // whose data has another size makes the ranks that read it fail with ErrSize (every rank,
@@ -100,7 +100,7 @@ func (e *Exchanger) gatherFrom() int {
 	if e.GatherFrom > 0 {
 		return e.GatherFrom
 	}
-	return GatherFrom
+	return gatherFrom
 }
 
 func (e *Exchanger) allgather(c *coll, data []byte) ([][]byte, error) {
@@ -150,7 +150,7 @@ func (e *Exchanger) allgather(c *coll, data []byte) ([][]byte, error) {
 // not read a rank's data).
 const tagGatherFailed = 4
 
-// gathered is Allgather's second half from GatherFrom ranks on: rank 0 reads every value
+// gathered is Allgather's second half from gatherFrom ranks on: rank 0 reads every value
 // (local Gets after the collecting fence) and publishes them under key.all; a second
 // collecting fence; every other rank reads that one value.
 func (e *Exchanger) gathered(c *coll, key string, data []byte) ([][]byte, error) {

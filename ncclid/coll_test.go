@@ -119,14 +119,14 @@ func TestRetryAfterTimeout(t *testing.T) {
 		return e0, e1
 	}
 	// The world ID: rank 1 gives up before rank 0 publishes, then retries.
-	if _, err := ex[1].World(); !errors.Is(err, pmixkv.ErrTimeout) {
+	if _, err := ex[1].world(); !errors.Is(err, pmixkv.ErrTimeout) {
 		t.Fatalf("rank 1 alone: %v, want a timeout", err)
 	}
-	id0, err := ex[0].World()
+	id0, err := ex[0].world()
 	if err != nil {
 		t.Fatal(err)
 	}
-	id1, err := ex[1].World()
+	id1, err := ex[1].world()
 	if err != nil || id1 != id0 {
 		t.Fatalf("retry: %v, %v; want rank 0's ID %v", id1, err, id0)
 	}
@@ -166,7 +166,7 @@ func TestRetryAfterTimeout(t *testing.T) {
 	}
 }
 
-// TestAllgatherScales: from GatherFrom ranks on, Allgather costs O(n) Gets in all (rank 0
+// TestAllgatherScales: from gatherFrom ranks on, Allgather costs O(n) Gets in all (rank 0
 // reads every value, the others one gathered value), not n(n-1): 9.5 s for 8 bytes at 1,024
 // ranks when every rank read every other rank's value.
 func TestAllgatherScales(t *testing.T) {

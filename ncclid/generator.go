@@ -12,8 +12,8 @@ import (
 	"unsafe"
 )
 
-// DefaultLibrary is what a Library dlopens when the process has no ncclGetUniqueId of its own.
-const DefaultLibrary = "libnccl.so.2"
+// defaultLibrary is what a Library dlopens when the process has no ncclGetUniqueId of its own.
+const defaultLibrary = "libnccl.so.2"
 
 // Library finds ncclGetUniqueId on first use: the process's own (dlsym RTLD_DEFAULT), else the
 // one in a library it dlopens with RTLD_LOCAL. Ranks that never create an ID never touch NCCL.
@@ -23,10 +23,10 @@ type Library struct {
 	fn   unsafe.Pointer
 }
 
-// Lib returns a Library for library ("" means DefaultLibrary); its NewID is a Generator.
+// Lib returns a Library for library ("" means defaultLibrary); its NewID is a Generator.
 func Lib(library string) *Library {
 	if library == "" {
-		library = DefaultLibrary
+		library = defaultLibrary
 	}
 	return &Library{name: library}
 }

@@ -39,16 +39,16 @@ func (id ID) String() string { return hex.EncodeToString(id[:8]) }
 // Generator makes a new ID (ncclGetUniqueId). Only roots call it.
 type Generator func() (ID, error)
 
-// RanksPerRoot is the number of ranks per ID that DefaultRoots aims at, as frameworks do for
+// ranksPerRoot is the number of ranks per ID that DefaultRoots aims at, as frameworks do for
 // ncclCommInitRankScalable.
-const RanksPerRoot = 128
+const ranksPerRoot = 128
 
-// DefaultRoots returns ceil(size/RanksPerRoot), at least 1.
+// DefaultRoots returns ceil(size/ranksPerRoot), at least 1.
 func DefaultRoots(size int) int {
 	if size < 1 {
 		return 1
 	}
-	return (size + RanksPerRoot - 1) / RanksPerRoot
+	return (size + ranksPerRoot - 1) / ranksPerRoot
 }
 
 // rootRanks returns the ranks that create the n IDs of a scalable init over size ranks: where
@@ -84,20 +84,20 @@ const (
 	// in a row; a collecting fence costs one pass over Slurm's ring or tree whatever K is.
 	// So: Direct when every rank reads a root on its own node (node groups) or the job is on
 	// one node; Fenced when the exchange has several roots (scalable IDs), or from
-	// AutoFenceNodes nodes on. Every rank sees the same counts, so all choose alike.
+	// autoFenceNodes nodes on. Every rank sees the same counts, so all choose alike.
 	Auto
 )
 
-// AutoFenceNodes is the node count from which Auto fences for an exchange with one root (the
+// autoFenceNodes is the node count from which Auto fences for an exchange with one root (the
 // world ID, a color group's ID). On the 2-core VM (bench/RESULTS.md, section 8) direct was the
 // faster up to 32 simulated nodes and fence twice as fast at 64, where direct also tripled the
 // CPU of the root node's slurmstepd.
-const AutoFenceNodes = 64
+const autoFenceNodes = 64
 
-// Fences says whether an exchange under mode m fences before its Gets: nodes is the job's node
+// fences says whether an exchange under mode m fences before its Gets: nodes is the job's node
 // count, roots the number of roots of the whole exchange, local whether every rank reads a
 // root on its own node.
-func (m Mode) Fences(nodes, roots int, local bool) bool {
+func (m Mode) fences(nodes, roots int, local bool) bool {
 	switch m {
 	case Fenced:
 		return true
@@ -107,7 +107,7 @@ func (m Mode) Fences(nodes, roots int, local bool) bool {
 	if local || nodes < 2 {
 		return false
 	}
-	return roots >= 2 || nodes >= AutoFenceNodes
+	return roots >= 2 || nodes >= autoFenceNodes
 }
 
 func (m Mode) String() string {
@@ -168,7 +168,7 @@ type Exchanger struct {
 	BarrierCollect bool
 
 	// GatherFrom overrides the job size from which Allgather gathers at rank 0 (0: the
-	// package's GatherFrom).
+	// package's gatherFrom).
 	GatherFrom int
 
 	mu    sync.Mutex
@@ -191,7 +191,7 @@ type coll struct {
 	own       ID
 	ownOrigin Origin
 	fenced    bool
-	// Allgather from GatherFrom ranks on: rank 0 gathered (its value in own2), the second fence
+	// Allgather from gatherFrom ranks on: rank 0 gathered (its value in own2), the second fence
 	gathered, fenced2 bool
 	own2              []byte
 }
@@ -234,13 +234,13 @@ func (e *Exchanger) fence(collect bool, what string) error {
 	return nil
 }
 
-// World returns one ID created by rank 0. It is the one ID that NCCL_COMM_ID allows.
-func (e *Exchanger) World() (ID, error) {
+// world returns one ID created by rank 0. It is the one ID that NCCL_COMM_ID allows.
+func (e *Exchanger) world() (ID, error) {
 	id, _, err := e.WorldOrigin()
 	return id, err
 }
 
-// WorldOrigin is World, and also says which NCCL made the ID on rank 0.
+// WorldOrigin is world, and also says which NCCL made the ID on rank 0.
 func (e *Exchanger) WorldOrigin() (ID, Origin, error) {
 	c := e.begin("world")
 	ids, origins, err := e.exchange(c, e.KV.Info().Rank == 0, []int{0}, false, false)
@@ -452,7 +452,7 @@ func encode(id ID, o Origin) []byte {
 
 // exchange: if isRoot, create an ID (distinct: see create) and publish it (or the failure)
 // under this collective's key; then read the ID of every rank in roots, with the NCCL that
-// made it. nodeLocal: every rank's roots are on its own node (node groups), for Mode.Fences.
+// made it. nodeLocal: every rank's roots are on its own node (node groups), for Mode.fences.
 func (e *Exchanger) exchange(c *coll, isRoot bool, roots []int, distinct, nodeLocal bool) ([]ID, []Origin, error) {
 	in := e.KV.Info()
 	key := fmt.Sprintf("gpubind.ncclid.%d", c.seq)
@@ -491,7 +491,7 @@ func (e *Exchanger) exchange(c *coll, isRoot bool, roots []int, distinct, nodeLo
 		}
 		c.published, c.own, c.ownOrigin = ownErr == nil, own, ownOrigin
 	}
-	if e.Mode.Fences(in.NumNodes, len(roots), nodeLocal) && !c.fenced {
+	if e.Mode.fences(in.NumNodes, len(roots), nodeLocal) && !c.fenced {
 		if err := e.fence(true, "fence after publishing NCCL IDs"); err != nil {
 			return nil, nil, err
 		}

@@ -85,19 +85,19 @@ func TestParseMode(t *testing.T) {
 	}{
 		{Auto, 1, 8, false, false},                  // one node: every Get is local
 		{Auto, 2, 1, false, false},                  // world ID on few nodes: direct
-		{Auto, AutoFenceNodes - 1, 1, false, false}, // ... up to the threshold
-		{Auto, AutoFenceNodes, 1, false, true},      // from it on: fence
+		{Auto, autoFenceNodes - 1, 1, false, false}, // ... up to the threshold
+		{Auto, autoFenceNodes, 1, false, true},      // from it on: fence
 		{Auto, 2, 2, false, true},                   // several roots: one fence, not K Gets in a row
 		{Auto, 1000, 1, true, false},                // node groups: the root is on the node
 		{Direct, 1000, 8, false, false}, {Fenced, 1, 1, true, true},
 	} {
-		if got := tc.m.Fences(tc.nodes, tc.roots, tc.local); got != tc.want {
+		if got := tc.m.fences(tc.nodes, tc.roots, tc.local); got != tc.want {
 			t.Errorf("%v.Fences(nodes %d, roots %d, local %v) = %v, want %v", tc.m, tc.nodes, tc.roots, tc.local, got, tc.want)
 		}
 	}
 }
 
-// TestAutoFencesOnManyNodes: under Auto, the world ID fences only from AutoFenceNodes nodes on,
+// TestAutoFencesOnManyNodes: under Auto, the world ID fences only from autoFenceNodes nodes on,
 // scalable IDs with several roots always across nodes, node groups never.
 func TestAutoFencesOnManyNodes(t *testing.T) {
 	for _, tc := range []struct {
@@ -106,12 +106,12 @@ func TestAutoFencesOnManyNodes(t *testing.T) {
 		fn     func(e *Exchanger) (any, error)
 		fences int // Fence calls, all ranks together (2 ranks per node)
 	}{
-		{"world, 2 nodes", 2, func(e *Exchanger) (any, error) { return e.World() }, 0},
-		{"world, many nodes", AutoFenceNodes, func(e *Exchanger) (any, error) { return e.World() }, 2 * AutoFenceNodes},
+		{"world, 2 nodes", 2, func(e *Exchanger) (any, error) { return e.world() }, 0},
+		{"world, many nodes", autoFenceNodes, func(e *Exchanger) (any, error) { return e.world() }, 2 * autoFenceNodes},
 		{"2 scalable IDs, 2 nodes", 2, func(e *Exchanger) (any, error) { return e.Scalable(2) }, 4},
-		{"node groups, many nodes", AutoFenceNodes, func(e *Exchanger) (any, error) { return e.Group(NodeColor) }, 0},
+		{"node groups, many nodes", autoFenceNodes, func(e *Exchanger) (any, error) { return e.Group(NodeColor) }, 0},
 		{"bcast, 2 nodes", 2, func(e *Exchanger) (any, error) { return e.Bcast(0, []byte("x"), 1) }, 0},
-		{"bcast, many nodes", AutoFenceNodes, func(e *Exchanger) (any, error) { return e.Bcast(1, []byte("x"), 1) }, 2 * AutoFenceNodes},
+		{"bcast, many nodes", autoFenceNodes, func(e *Exchanger) (any, error) { return e.Bcast(1, []byte("x"), 1) }, 2 * autoFenceNodes},
 	} {
 		out, job, _ := runJob(t, tc.nodes*2, func(r int) int { return r / 2 }, Auto, tc.fn)
 		if job.Fences() != tc.fences || job.CollectingFences() != tc.fences {
@@ -187,11 +187,11 @@ func newJobErrs(t *testing.T, size int, fn func(e *Exchanger) error) (*pmixkv.Me
 func TestWorldDirectAndFenced(t *testing.T) {
 	for _, mode := range []Mode{Direct, Fenced} {
 		out, job, calls := runJob(t, 8, func(r int) int { return r / 4 }, mode, func(e *Exchanger) (any, error) {
-			a, err := e.World()
+			a, err := e.world()
 			if err != nil {
 				return nil, err
 			}
-			b, err := e.World() // a second collective gets a fresh ID under a fresh key
+			b, err := e.world() // a second collective gets a fresh ID under a fresh key
 			return [2]ID{a, b}, err
 		})
 		first := out[0].([2]ID)
@@ -289,7 +289,7 @@ func TestRootFailureReachesOthers(t *testing.T) {
 			e := &Exchanger{KV: job.Rank(r), Timeout: time.Minute, NewID: func() (ID, error) {
 				return ID{}, errors.New("no NCCL here")
 			}}
-			_, errs[r] = e.World()
+			_, errs[r] = e.world()
 		}(r)
 	}
 	wg.Wait()
@@ -326,7 +326,7 @@ func TestCommIDRefused(t *testing.T) {
 					return ""
 				},
 				NewID: func() (ID, error) { var id ID; copy(id[:], "10.1.2.3:29500"); return id, nil }}
-			_, errs[r][0] = e.World()
+			_, errs[r][0] = e.world()
 			_, errs[r][1] = e.Scalable(2)
 			_, errs[r][2] = e.Group(NodeColor)
 		}(r)
@@ -351,7 +351,7 @@ func TestRepeatedIDRefused(t *testing.T) {
 	job, _ := pmixkv.NewMemJob(1, nil)
 	e := &Exchanger{KV: job.Rank(0), Getenv: func(string) string { return "" },
 		NewID: func() (ID, error) { return ID{1, 2, 3}, nil }}
-	if _, err := e.World(); err != nil {
+	if _, err := e.world(); err != nil {
 		t.Fatal(err)
 	}
 	_, err := e.Group(NodeColor)
@@ -363,7 +363,7 @@ func TestRepeatedIDRefused(t *testing.T) {
 func TestDeadRootTimesOut(t *testing.T) {
 	job, _ := pmixkv.NewMemJob(2, nil)
 	e := &Exchanger{KV: job.Rank(1), Timeout: 50 * time.Millisecond}
-	_, err := e.World()
+	_, err := e.world()
 	if !errors.Is(err, pmixkv.ErrTimeout) || !strings.Contains(err.Error(), "root rank 0") {
 		t.Fatalf("err = %v, want a timeout naming root rank 0", err)
 	}
@@ -486,7 +486,7 @@ func TestOrderMismatch(t *testing.T) {
 			_, err := e.Scalable(1)
 			return err
 		}
-		_, err := e.World()
+		_, err := e.world()
 		return err
 	})
 	if errs[0] != nil {

@@ -17,9 +17,9 @@ import (
 	"unsafe"
 )
 
-// Client is a PMIx client. PMIx_Init and PMIx_Finalize are reference-counted across all
+// client is a PMIx client. PMIx_Init and PMIx_Finalize are reference-counted across all
 // Clients of the process: the last Close finalizes.
-type Client struct {
+type client struct {
 	info   Info
 	mu     sync.Mutex
 	closed bool
@@ -31,24 +31,24 @@ var (
 	initInfo  Info
 )
 
-// StatusError is a PMIx call that failed with a PMIx status code.
-type StatusError struct {
+// statusError is a PMIx call that failed with a PMIx status code.
+type statusError struct {
 	Op   string // e.g. "PMIx_Get(rank 0, key gpubind.x)"
 	Code int
 }
 
-func (e *StatusError) Error() string {
+func (e *statusError) Error() string {
 	return fmt.Sprintf("pmixkv: %s: %s (%d)", e.Op, C.GoString(C.pk_strerror(C.int(e.Code))), e.Code)
 }
 
 // Is maps PMIx codes onto the package's sentinel errors.
-func (e *StatusError) Is(target error) bool {
+func (e *statusError) Is(target error) bool {
 	switch target {
 	case ErrTimeout:
 		return e.Code == int(C.pk_err_timeout())
-	case ErrNotFound:
+	case errNotFound:
 		return e.Code == int(C.pk_err_not_found())
-	case ErrNoServer:
+	case errNoServer:
 		return e.Code == int(C.pk_err_unreach())
 	case ErrPeerDied:
 		return e.Code == int(C.pk_err_proc_aborted())
@@ -60,7 +60,7 @@ func status(op string, rc C.int) error {
 	if rc == 0 {
 		return nil
 	}
-	se := &StatusError{Op: op, Code: int(rc)}
+	se := &statusError{Op: op, Code: int(rc)}
 	if rc == C.pk_err_proc_aborted() {
 		if r, why, ok := deadPeer(); ok {
 			return fmt.Errorf("%w: rank %d of the job ended (%s) while this rank waited: %w", se, r, why, ErrPeerDied)
@@ -86,12 +86,12 @@ func deadPeer() (rank int, why string, ok bool) {
 // PMIx_Init and the job-fact Gets overlap the Go runtime's start.
 type Session unsafe.Pointer
 
-func newClient(sess Session) (*Client, error) {
+func newClient(sess Session) (*client, error) {
 	initMu.Lock()
 	defer initMu.Unlock()
 	if initCount > 0 {
 		initCount++
-		return &Client{info: initInfo}, nil
+		return &client{info: initInfo}, nil
 	}
 	var own C.struct_pk_session
 	s := (*C.struct_pk_session)(sess)
@@ -103,7 +103,7 @@ func newClient(sess Session) (*Client, error) {
 		defer freeSession(s)
 	}
 	if err := status("PMIx_Init", s.rc); err != nil {
-		var se *StatusError
+		var se *statusError
 		if lerr := C.GoString(C.pk_library_error()); lerr != "" && errors.As(err, &se) {
 			se.Op = "PMIx_Init (no PMIx library: " + lerr + ")"
 		}
@@ -116,7 +116,7 @@ func newClient(sess Session) (*Client, error) {
 	}
 	initCount = 1
 	initInfo = info
-	return &Client{info: info}, nil
+	return &client{info: info}, nil
 }
 
 // freeSession frees the strings of a session opened here.
@@ -127,9 +127,9 @@ func freeSession(s *C.struct_pk_session) {
 	s.hostname, s.lpeers, s.nlist = nil, nil, nil
 }
 
-// Facts are the job facts as the PMIx server gave them: a nil field is one it did not give
+// facts are the job facts as the PMIx server gave them: a nil field is one it did not give
 // (NOT-FOUND or another error, in Errs).
-type Facts struct {
+type facts struct {
 	Namespace                      string
 	Rank                           int
 	Size, LocalSize, NumNodes      *int
@@ -139,7 +139,7 @@ type Facts struct {
 }
 
 func sessionInfo(s *C.struct_pk_session) (Info, error) {
-	f := Facts{Namespace: C.GoString(&s.nspace[0]), Rank: int(s.rank), Errs: map[string]error{}}
+	f := facts{Namespace: C.GoString(&s.nspace[0]), Rank: int(s.rank), Errs: map[string]error{}}
 	num := func(key string, rc C.int, v C.uint64_t) *int {
 		if err := status("PMIx_Get("+key+")", rc); err != nil {
 			f.Errs[key] = err
@@ -176,7 +176,7 @@ func sessionInfo(s *C.struct_pk_session) (Info, error) {
 //     proc's host name (PMIX_HOSTNAME), which are preferred anyway (see below).
 //
 // The job size is required. A fact that can be derived neither way is an error naming it.
-func factsInfo(f Facts) (Info, error) {
+func factsInfo(f facts) (Info, error) {
 	in := Info{Namespace: f.Namespace, Rank: f.Rank, Source: "pmix"}
 	missing := func(key, what string) error {
 		return fmt.Errorf("pmixkv: the PMIx server gave no %s (%v), and it cannot be derived %s", key, f.Errs[key], what)
@@ -299,9 +299,9 @@ func checkInfo(in Info) error {
 }
 
 // Info returns the job facts read at initialisation.
-func (c *Client) Info() Info { return c.info }
+func (c *client) Info() Info { return c.info }
 
-func (c *Client) check() error {
+func (c *client) check() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -311,7 +311,7 @@ func (c *Client) check() error {
 }
 
 // Put stages value under key (global scope).
-func (c *Client) Put(key string, value []byte) error {
+func (c *client) Put(key string, value []byte) error {
 	if err := validKey(key); err != nil {
 		return err
 	}
@@ -329,7 +329,7 @@ func (c *Client) Put(key string, value []byte) error {
 }
 
 // Commit publishes staged values.
-func (c *Client) Commit() error {
+func (c *client) Commit() error {
 	if err := c.check(); err != nil {
 		return err
 	}
@@ -337,7 +337,7 @@ func (c *Client) Commit() error {
 }
 
 // Fence waits for all ranks of the namespace.
-func (c *Client) Fence(collect bool, timeout time.Duration) error {
+func (c *client) Fence(collect bool, timeout time.Duration) error {
 	if err := c.check(); err != nil {
 		return err
 	}
@@ -359,7 +359,7 @@ func (c *Client) Fence(collect bool, timeout time.Duration) error {
 // SLURM_PMIX_TIMEOUT) passes, and a server may answer TIMEOUT by its own clock. Get therefore
 // retries those with a short backoff until its own timeout has passed, then returns an error
 // matching ErrTimeout.
-func (c *Client) Get(rank int, key string, timeout time.Duration) ([]byte, error) {
+func (c *client) Get(rank int, key string, timeout time.Duration) ([]byte, error) {
 	if err := validKey(key); err != nil {
 		return nil, err
 	}
@@ -393,7 +393,7 @@ func (c *Client) Get(rank int, key string, timeout time.Duration) ([]byte, error
 		if !retryable(err) || timeout <= 0 {
 			return nil, err
 		}
-		if !errors.Is(err, ErrNotFound) && time.Until(deadline) <= 0 {
+		if !errors.Is(err, errNotFound) && time.Until(deadline) <= 0 {
 			return nil, fmt.Errorf("%s: not answered within %v (last: %v): %w", op, timeout, err, ErrTimeout)
 		}
 		time.Sleep(min(backoff, max(time.Until(deadline), 0)))
@@ -410,7 +410,7 @@ const maxBackoff = 2 * time.Millisecond
 // yet (NOT-FOUND), or the server gave up by its own clock (PMIX_ERROR from Slurm after its
 // PMIxTimeout, TIMEOUT).
 func retryable(err error) bool {
-	var se *StatusError
+	var se *statusError
 	if !errors.As(err, &se) {
 		return false
 	}
@@ -420,7 +420,7 @@ func retryable(err error) bool {
 // Abort asks the server to end every process of the job, with code as the job's exit status
 // and msg for the launcher to show (PMIx_Abort). The caller should exit whatever it returns:
 // servers differ in whether the call returns before the process is killed.
-func (c *Client) Abort(code int, msg string) error {
+func (c *client) Abort(code int, msg string) error {
 	if err := c.check(); err != nil {
 		return err
 	}
@@ -429,9 +429,9 @@ func (c *Client) Abort(code int, msg string) error {
 	return status("PMIx_Abort", C.pk_abort(C.int(code), cm))
 }
 
-// Close drops this Client's reference; the last one calls PMIx_Finalize. Closing twice is a
+// Close drops this client's reference; the last one calls PMIx_Finalize. Closing twice is a
 // no-op.
-func (c *Client) Close() error {
+func (c *client) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

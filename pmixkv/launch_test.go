@@ -73,7 +73,7 @@ func child(mode string) (string, error) {
 	missing := "ok"
 	if err == nil {
 		missing = "found"
-	} else if !errors.Is(err, ErrTimeout) && !errors.Is(err, ErrNotFound) {
+	} else if !errors.Is(err, ErrTimeout) && !errors.Is(err, errNotFound) {
 		missing = "err:" + strings.ReplaceAll(err.Error(), " ", "_")
 	}
 	peers := fmt.Sprint(in.LocalPeers)

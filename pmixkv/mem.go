@@ -197,7 +197,7 @@ func (m *Mem) wait(timeout time.Duration, what string, done func() bool) error {
 		ch := j.changed
 		j.mu.Unlock()
 		if timeout <= 0 && what != "fence" {
-			return fmt.Errorf("pmixkv: mem %s: %w", what, ErrNotFound)
+			return fmt.Errorf("pmixkv: mem %s: %w", what, errNotFound)
 		}
 		select {
 		case <-ch:

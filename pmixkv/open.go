@@ -26,7 +26,7 @@ func Open(opts Options) (KV, error) {
 	if err == nil {
 		return c, nil
 	}
-	if !errors.Is(err, ErrNoServer) {
+	if !errors.Is(err, errNoServer) {
 		return nil, err
 	}
 	initErr := err

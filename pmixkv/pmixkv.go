@@ -1,7 +1,7 @@
 // Package pmixkv is a small key-value view of a parallel job: who am I (rank, local rank,
 // node), and Put/Commit/Fence/Get to exchange a few bytes between ranks.
 //
-// Client talks to a real PMIx server (srun --mpi=pmix, mpirun). Mem is an in-memory job for
+// The PMIx client (client.go) talks to a real PMIx server (srun --mpi=pmix, mpirun). Mem is an in-memory job for
 // unit tests. Open picks the PMIx client and falls back to launcher variables only for a job
 // of one process, where no exchange is needed.
 package pmixkv
@@ -39,28 +39,28 @@ type KV interface {
 	Fence(collect bool, timeout time.Duration) error
 	// Get returns the value rank committed under key, waiting up to timeout for it.
 	Get(rank int, key string, timeout time.Duration) ([]byte, error)
-	// Close releases the store (for Client: the last Close finalizes PMIx).
+	// Close releases the store (for the PMIx client: the last Close finalizes PMIx).
 	Close() error
 }
 
 // Both stores are KVs, and the PMIx client can abort the job: checked when compiling.
 var (
-	_ KV      = (*Client)(nil)
+	_ KV      = (*client)(nil)
 	_ KV      = (*Mem)(nil)
-	_ Aborter = (*Client)(nil)
+	_ aborter = (*client)(nil)
 )
 
-// Aborter is a KV that can end the whole job (Client: PMIx_Abort).
-type Aborter interface {
+// aborter is a KV that can end the whole job (client: PMIx_Abort).
+type aborter interface {
 	Abort(code int, msg string) error
 }
 
 // Errors that callers may test with errors.Is.
 var (
 	ErrTimeout  = errors.New("timed out")
-	ErrNotFound = errors.New("key not found")
-	// ErrNoServer means PMIx_Init found no server (PMIX_ERR_UNREACH).
-	ErrNoServer = errors.New("no PMIx server")
+	errNotFound = errors.New("key not found")
+	// errNoServer means PMIx_Init found no server (PMIX_ERR_UNREACH).
+	errNoServer = errors.New("no PMIx server")
 	// ErrNeedServer is returned by Open when the job has more than one process but no
 	// PMIx server to exchange data through.
 	ErrNeedServer = errors.New("a job of several processes needs a PMIx server")

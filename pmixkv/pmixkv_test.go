@@ -152,7 +152,7 @@ func TestNodeIndex(t *testing.T) {
 func TestFactsInfoDerives(t *testing.T) {
 	n := func(v int) *int { return &v }
 	s := func(v string) *string { return &v }
-	full := Facts{Namespace: "ns", Rank: 3, Size: n(4), LocalSize: n(2), NumNodes: n(2), LocalRank: n(1), NodeID: n(7),
+	full := facts{Namespace: "ns", Rank: 3, Size: n(4), LocalSize: n(2), NumNodes: n(2), LocalRank: n(1), NodeID: n(7),
 		Hostname: s("b"), LocalPeers: s("2,3"), NodeList: s("a,b")}
 	want, err := factsInfo(full)
 	if err != nil || want.NodeID != 1 || want.NumNodes != 2 || want.LocalRank != 1 || want.LocalSize != 2 {
@@ -164,16 +164,16 @@ func TestFactsInfoDerives(t *testing.T) {
 		t.Errorf("without local size, local rank, node id, node count: %+v, %v; want %+v", got, err, want)
 	}
 	// One node, no peer list: every rank is local.
-	one := Facts{Namespace: "ns", Rank: 2, Size: n(3), NumNodes: n(1), Errs: map[string]error{}}
+	one := facts{Namespace: "ns", Rank: 2, Size: n(3), NumNodes: n(1), Errs: map[string]error{}}
 	if got, err := factsInfo(one); err != nil || got.LocalRank != 2 || got.LocalSize != 3 || got.NodeID != 0 || fmt.Sprint(got.LocalPeers) != "[0 1 2]" {
 		t.Errorf("one node without peers: %+v, %v", got, err)
 	}
 	// Two nodes, no peer list and no local rank: cannot be derived.
-	two := Facts{Namespace: "ns", Rank: 2, Size: n(4), NumNodes: n(2), NodeID: n(1), LocalSize: n(2), Errs: map[string]error{}}
+	two := facts{Namespace: "ns", Rank: 2, Size: n(4), NumNodes: n(2), NodeID: n(1), LocalSize: n(2), Errs: map[string]error{}}
 	if _, err := factsInfo(two); err == nil || !strings.Contains(err.Error(), "pmix.lrank") {
 		t.Errorf("two nodes without peers or local rank: %v, want an error naming pmix.lrank", err)
 	}
-	if _, err := factsInfo(Facts{Errs: map[string]error{}}); err == nil || !strings.Contains(err.Error(), "pmix.job.size") {
+	if _, err := factsInfo(facts{Errs: map[string]error{}}); err == nil || !strings.Contains(err.Error(), "pmix.job.size") {
 		t.Errorf("no job size: %v", err)
 	}
 }

@@ -168,17 +168,17 @@ func (t *Table) NGPUs() int { return int(t.c.ngpus) }
 
 // The protocol's limits as the C parser enforces them (table.h).
 const (
-	MaxBytes   = C.GB_TABLE_MAX_BYTES
-	MaxLine    = C.GB_TABLE_MAX_LINE
-	MaxTasks   = C.GB_TABLE_MAX_TASKS
-	MaxGPUs    = C.GB_TABLE_MAX_GPUS
-	MaxNUMA    = C.GB_TABLE_MAX_NUMA
-	MaxShare   = C.GB_TABLE_MAX_SHARE
-	MaxPerTask = C.GB_MAX_PER_TASK
+	maxBytes   = C.GB_TABLE_MAX_BYTES
+	maxLine    = C.GB_TABLE_MAX_LINE
+	maxTasks   = C.GB_TABLE_MAX_TASKS
+	maxGPUs    = C.GB_TABLE_MAX_GPUS
+	maxNUMA    = C.GB_TABLE_MAX_NUMA
+	maxShare   = C.GB_TABLE_MAX_SHARE
+	maxPerTask = C.GB_MAX_PER_TASK
 )
 
-// FlagNames is the C side's list of the option's flags (gb_flag_names), in order.
-func FlagNames() []string {
+// flagNames is the C side's list of the option's flags (gb_flag_names), in order.
+func flagNames() []string {
 	names := make([]string, C.GB_NFLAGS)
 	for i := range names {
 		names[i] = C.GoString(C.gb_flag_names[i].name)
@@ -277,25 +277,25 @@ func (t *Table) Apply(k Task) (Result, error) {
 	return res, nil
 }
 
-// Verdict is what the admin's default= does with a step on a node (gb_default_decide).
-type Verdict int
+// verdict is what the admin's default= does with a step on a node (gb_default_decide).
+type verdict int
 
 // The verdicts of table.h's enum gb_default_verdict, in its order.
 const (
-	DefaultNoGPUs     Verdict = C.GB_DEFAULT_NO_GPUS
-	DefaultFewerTasks Verdict = C.GB_DEFAULT_FEWER_TASKS
-	DefaultBind       Verdict = C.GB_DEFAULT_BIND
-	DefaultShare      Verdict = C.GB_DEFAULT_SHARE
-	DefaultAskEngine  Verdict = C.GB_DEFAULT_ASK_ENGINE
+	defaultNoGPUs     verdict = C.GB_DEFAULT_NO_GPUS
+	defaultFewerTasks verdict = C.GB_DEFAULT_FEWER_TASKS
+	defaultBind       verdict = C.GB_DEFAULT_BIND
+	defaultShare      verdict = C.GB_DEFAULT_SHARE
+	defaultAskEngine  verdict = C.GB_DEFAULT_ASK_ENGINE
 )
 
-// DefaultDecision is the front end's decision for a step that only the admin's default=
+// defaultDecision is the front end's decision for a step that only the admin's default=
 // would bind, from its environment alone: stepGPUs is SLURM_STEP_GPUS (nil when unset),
 // ntasks the node's local tasks. It returns the verdict, the step's GPUs on the node and
 // how many the policy gives the tasks (-1 unknown), and the option text the front end
 // plans with ("" when it does not plan). force is the plugstack's forced flags ("isolate",
 // "cpus,isolate", "" none).
-func DefaultDecision(option string, stepGPUs *string, ntasks int, force string) (v Verdict, ngpus, used int, planned string, err error) {
+func defaultDecision(option string, stepGPUs *string, ntasks int, force string) (v verdict, ngpus, used int, planned string, err error) {
 	co := C.CString(option)
 	defer C.free(unsafe.Pointer(co))
 	var forced C.unsigned
@@ -312,9 +312,9 @@ func DefaultDecision(option string, stepGPUs *string, ntasks int, force string) 
 		s.step_gpus = C.CString(*stepGPUs)
 		defer C.free(unsafe.Pointer(s.step_gpus))
 	}
-	v = Verdict(C.gb_default_decide(co, &s))
+	v = verdict(C.gb_default_decide(co, &s))
 	ngpus, used = int(s.ngpus), int(s.used)
-	if v == DefaultNoGPUs || v == DefaultFewerTasks {
+	if v == defaultNoGPUs || v == defaultFewerTasks {
 		return v, ngpus, used, "", nil
 	}
 	var buf [1024]C.char

@@ -217,38 +217,15 @@ func TestPerTaskGroupsAreExclusive(t *testing.T) {
 	}
 }
 
-// The C parser and the Go encoder agree on the protocol's limits: the engine's largest
-// table parses, one task more does not.
-func TestLimitsAgree(t *testing.T) {
-	for name, pair := range map[string][2]int{
-		"tasks": {rule.MaxTasks, gpubind.MaxTableTasks}, "gpus": {rule.MaxGPUs, gpubind.MaxTableGPUs},
-		"numa": {rule.MaxNUMA, gpubind.MaxTableNUMA}, "bytes": {rule.MaxBytes, gpubind.MaxTableBytes},
-		"line": {rule.MaxLine, gpubind.MaxTableLine}, "per_task": {rule.MaxPerTask, gpubind.MaxPerTask},
-		"share": {rule.MaxShare, gpubind.MaxShare},
-	} {
-		if pair[0] != pair[1] {
-			t.Errorf("limit %s: C %d, Go %d", name, pair[0], pair[1])
-		}
-	}
+// The engine's largest table parses, one task more does not (the limits themselves are
+// compared in limits_test.go).
+func TestLargestTableParses(t *testing.T) {
 	tab := planFixture(t, "dgxh100", "closest", gpubind.MaxTableTasks, "")
 	text := tab.String()
 	parse(t, tab)
 	more := strings.Replace(text, fmt.Sprintf("ntasks %d\n", gpubind.MaxTableTasks), fmt.Sprintf("ntasks %d\n", gpubind.MaxTableTasks+1), 1)
 	if _, err := rule.Parse(more); err == nil {
 		t.Errorf("a table of %d tasks parsed", gpubind.MaxTableTasks+1)
-	}
-}
-
-// The C side's flag names (table parser, srun's early check, help) are Go's, in order.
-func TestFlagNamesAgree(t *testing.T) {
-	if c, g := strings.Join(rule.FlagNames(), ","), strings.Join(gpubind.FlagNames, ","); c != g {
-		t.Errorf("flag names: C %s, Go %s", c, g)
-	}
-	for _, n := range gpubind.FlagNames {
-		text := "gpubind-plan 1\nstatus error\nflags " + n + "\nend 3\n"
-		if _, err := rule.Parse(text); err != nil {
-			t.Errorf("flag %s: the C parser refuses it: %v", n, err)
-		}
 	}
 }
 

@@ -52,7 +52,7 @@ func TestCheckFabricAndIMEX(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mknod(filepath.Join(dir, "channel0"), syscall.S_IFCHR|0o666, 242<<8|0); err != nil {
+	if err := syscall.Mknod(filepath.Join(dir, "channel0"), syscall.S_IFCHR|0o666, 242<<8 /* major 242, minor 0 */); err != nil {
 		t.Fatal(err)
 	}
 	rc, items = n.check(t)

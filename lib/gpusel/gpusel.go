@@ -50,11 +50,11 @@ type Input struct {
 // GPU is one NVIDIA GPU the process can use (cudavis.GPU).
 type GPU = cudavis.GPU
 
-// NormalizeBusID turns NVML, sysfs and short bus id forms into the sysfs form.
-func NormalizeBusID(s string) (string, error) { return cudavis.NormalizeBusID(s) }
+// normalizeBusID turns NVML, sysfs and short bus id forms into the sysfs form.
+func normalizeBusID(s string) (string, error) { return cudavis.NormalizeBusID(s) }
 
-// Visible applies CUDA_VISIBLE_DEVICES to gpus as CUDA does (cudavis.Visible).
-func Visible(gpus []GPU, cvd string, set bool) ([]GPU, error) { return cudavis.Visible(gpus, cvd, set) }
+// visible applies CUDA_VISIBLE_DEVICES to gpus as CUDA does (cudavis.Visible).
+func visible(gpus []GPU, cvd string, set bool) ([]GPU, error) { return cudavis.Visible(gpus, cvd, set) }
 
 // access is access(2) with R_OK|W_OK; a variable for tests (as root, file modes deny nothing).
 var access = cudavis.Access
@@ -84,7 +84,7 @@ func Choose(in Input) (Choice, error) {
 		return Choice{}, err
 	}
 	cvd, set := lookup("CUDA_VISIBLE_DEVICES")
-	vis, err := Visible(gpus, cvd, set)
+	vis, err := visible(gpus, cvd, set)
 	if err != nil {
 		return Choice{}, err
 	}
@@ -139,7 +139,7 @@ func fromPlugin(getenv func(string) string) (Choice, error) {
 		c.CUDADevice = k
 	}
 	if len(buses) > 0 && buses[0] != "" {
-		b, err := NormalizeBusID(buses[0])
+		b, err := normalizeBusID(buses[0])
 		if err != nil {
 			return Choice{}, fmt.Errorf("GPUBIND_PCI_BUS_IDS: %w", err)
 		}

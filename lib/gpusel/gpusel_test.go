@@ -52,13 +52,13 @@ func TestNormalizeBusID(t *testing.T) {
 	for in, want := range map[string]string{
 		"00000000:3B:00.0": "0000:3b:00.0", "0000:3b:00.0": "0000:3b:00.0", "3b:00.0": "0000:3b:00.0", "0001:C1:00.0": "0001:c1:00.0",
 	} {
-		if got, err := NormalizeBusID(in); err != nil || got != want {
-			t.Errorf("NormalizeBusID(%q) = %q, %v; want %q", in, got, err, want)
+		if got, err := normalizeBusID(in); err != nil || got != want {
+			t.Errorf("normalizeBusID(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
 	for _, bad := range []string{"", "3b:00", "zz:00.0", "0000:3b:00.8", "100000000:3b:00.0"} {
-		if _, err := NormalizeBusID(bad); err == nil {
-			t.Errorf("NormalizeBusID(%q) accepted", bad)
+		if _, err := normalizeBusID(bad); err == nil {
+			t.Errorf("normalizeBusID(%q) accepted", bad)
 		}
 	}
 }

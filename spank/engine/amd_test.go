@@ -37,7 +37,7 @@ func TestRunAMD(t *testing.T) {
 		}
 	}
 	// The cache key holds the KFD generation: a new one (KFD nodes changed) discovers again.
-	req := &Request{Root: root, Source: "sysfs"}
+	req := &request{Root: root, Source: "sysfs"}
 	k1, err := cacheKey(req)
 	if err != nil || !strings.Contains(k1, "\nkfd=1 amdgpu=6.8.5\n") {
 		t.Fatalf("key %q %v", k1, err)

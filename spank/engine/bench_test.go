@@ -43,7 +43,7 @@ func BenchmarkRun(b *testing.B) {
 				cache := filepath.Join(dir, "cache-"+c.name)
 				req := "option=closest,nic\nsource=" + c.src + "\nroot=" + c.root + "\ncache_dir=" + cache +
 					"\ngres_conf=" + gres + "\nlocal_tasks=8\nenv.SLURM_STEP_GPUS=0,1,2,3,4,5,6,7\n"
-				if err := Run(req, io.Discard); err != nil {
+				if err := handle(req, io.Discard); err != nil {
 					b.Fatal(err)
 				}
 				b.ResetTimer()
@@ -53,7 +53,7 @@ func BenchmarkRun(b *testing.B) {
 						os.RemoveAll(cache)
 						b.StartTimer()
 					}
-					if err := Run(req, io.Discard); err != nil {
+					if err := handle(req, io.Discard); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -27,7 +27,7 @@ type cacheFile struct {
 // cacheKey names what the cached discovery depends on: the boot, the driver version, the
 // MIG layout, and the admin's source/root/snapshot settings. The fabric state is not in
 // the key (reading it needs NVML): readCache expires entries that hold one instead.
-func cacheKey(req *Request) (string, error) {
+func cacheKey(req *request) (string, error) {
 	boot, err := os.ReadFile(bootIDPath)
 	if err != nil {
 		return "", fmt.Errorf("boot id: %w", err)
@@ -217,7 +217,7 @@ func writeCache(dir, path, key string, t *gpubind.Topology) error {
 // costs a few small reads and discovery (NVML: hundreds of ms) runs once per boot and
 // driver version. Cache problems never fail the step: they fall back to discovery and
 // say so in the notes.
-func loadTopology(req *Request) (*gpubind.Topology, []string, error) {
+func loadTopology(req *request) (*gpubind.Topology, []string, error) {
 	opts := gpubind.DiscoverOptions{Source: req.Source, Root: req.Root, Snapshot: req.Snapshot, NVML: nvmlLib}
 	if req.SnapshotFD >= 0 {
 		data, err := readSnapshotFD(req)
@@ -269,7 +269,7 @@ func loadTopology(req *Request) (*gpubind.Topology, []string, error) {
 
 // statSnapshot is the snapshot file's size and mtime (ns): from its fd when the plugin gave
 // one (never an os.File there: its finalizer would close the fd).
-func statSnapshot(req *Request) (int64, int64, error) {
+func statSnapshot(req *request) (int64, int64, error) {
 	if req.SnapshotFD >= 0 {
 		var st syscall.Stat_t
 		if err := syscall.Fstat(req.SnapshotFD, &st); err != nil {
@@ -287,7 +287,7 @@ func statSnapshot(req *Request) (int64, int64, error) {
 // readSnapshotFD reads the snapshot from the fd the plugin checked (spank/frontend/trust.c),
 // never from its path: whatever happened to the path since, this is the file that was
 // checked. At most gpubind.MaxSnapshotBytes.
-func readSnapshotFD(req *Request) ([]byte, error) {
+func readSnapshotFD(req *request) ([]byte, error) {
 	var buf []byte
 	chunk := make([]byte, 64<<10)
 	for {

@@ -20,8 +20,8 @@ import (
 	"github.com/gpubind/gpubind/gpubind"
 )
 
-// MaxRequestBytes bounds the request text.
-const MaxRequestBytes = 1 << 20
+// maxRequestBytes bounds the request text.
+const maxRequestBytes = 1 << 20
 
 // Test hooks: the NVML library (nil = go-nvml's real one) and the boot id file.
 var (
@@ -29,8 +29,8 @@ var (
 	bootIDPath = "/proc/sys/kernel/random/boot_id"
 )
 
-// Request is the parsed request of protocol v1 section 1.
-type Request struct {
+// request is the parsed request of protocol v1 section 1.
+type request struct {
 	Option     string
 	Mode       gpubind.Mode
 	Source     string
@@ -58,13 +58,13 @@ var envKeys = map[string]bool{
 	"ROCR_VISIBLE_DEVICES": true, "SLURM_CONF": true, "SLURM_GPU_BIND_TOPO": true,
 }
 
-// ParseRequest parses KEY=VALUE lines. Unknown keys are ignored; a key given twice, a
+// parseRequest parses KEY=VALUE lines. Unknown keys are ignored; a key given twice, a
 // line without '=', or a bad number is an error naming it.
-func ParseRequest(text string) (*Request, error) {
-	if len(text) > MaxRequestBytes {
-		return nil, fmt.Errorf("request is %d bytes, more than %d", len(text), MaxRequestBytes)
+func parseRequest(text string) (*request, error) {
+	if len(text) > maxRequestBytes {
+		return nil, fmt.Errorf("request is %d bytes, more than %d", len(text), maxRequestBytes)
 	}
-	r := &Request{Env: map[string]string{}, UID: -1, GID: -1, LocalTasks: -1, SnapshotFD: -1}
+	r := &request{Env: map[string]string{}, UID: -1, GID: -1, LocalTasks: -1, SnapshotFD: -1}
 	seen := map[string]bool{}
 	for i, line := range strings.Split(text, "\n") {
 		if line == "" {
@@ -161,19 +161,19 @@ func clip(s string) string {
 	return s
 }
 
-func (r *Request) env(name string) *string {
+func (r *request) env(name string) *string {
 	if v, ok := r.Env[name]; ok {
 		return &v
 	}
 	return nil
 }
 
-// Run handles one request and writes the decision table to out. The table is built in
+// handle handles one request and writes the decision table to out. The table is built in
 // memory and written once, so a failure never leaves half a table: on error the table
 // has status error and the message, and the error is returned too.
-func Run(request string, out io.Writer) error {
+func handle(request string, out io.Writer) error {
 	var tab *gpubind.Table
-	req, err := ParseRequest(request)
+	req, err := parseRequest(request)
 	if err != nil {
 		tab = gpubind.ErrorTable(err)
 	} else if tab, err = plan(req); err != nil {
@@ -193,7 +193,7 @@ func Run(request string, out io.Writer) error {
 	return err
 }
 
-func plan(req *Request) (*gpubind.Table, error) {
+func plan(req *request) (*gpubind.Table, error) {
 	// Root part: admin settings only (source, root, snapshot, cache).
 	topo, notes, err := loadTopology(req)
 	if err != nil {

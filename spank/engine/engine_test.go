@@ -20,7 +20,7 @@ import (
 )
 
 func TestParseRequest(t *testing.T) {
-	r, err := ParseRequest("option=closest,verbose\nmode=optional\nlocal_tasks=2\nglobal_ids=4,5\nenv.SLURM_STEP_GPUS=0,1\nenv.HOME=/x\nfuture_key=1\nuid=1000\ngid=100\n")
+	r, err := parseRequest("option=closest,verbose\nmode=optional\nlocal_tasks=2\nglobal_ids=4,5\nenv.SLURM_STEP_GPUS=0,1\nenv.HOME=/x\nfuture_key=1\nuid=1000\ngid=100\n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,8 +40,8 @@ func TestParseRequest(t *testing.T) {
 		{"local_tasks=1\njunk", "want KEY=VALUE"},
 		{"local_tasks=-3", "local_tasks"},
 	} {
-		if _, err := ParseRequest(bad.req); err == nil || !strings.Contains(err.Error(), bad.want) {
-			t.Errorf("ParseRequest(%q) = %v, want error containing %q", bad.req, err, bad.want)
+		if _, err := parseRequest(bad.req); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("parseRequest(%q) = %v, want error containing %q", bad.req, err, bad.want)
 		}
 	}
 }
@@ -72,7 +72,7 @@ func setup(t *testing.T, fixture string) (root, cacheDir string) {
 func run(t *testing.T, req string) (*gpubind.Table, error) {
 	t.Helper()
 	var buf bytes.Buffer
-	err := Run(req, &buf)
+	err := handle(req, &buf)
 	tab, perr := tabletext.Parse(&buf)
 	if perr != nil {
 		t.Fatalf("engine wrote a bad table (%v):\n%s", perr, buf.String())
@@ -216,7 +216,7 @@ func TestErrorTables(t *testing.T) {
 	// tables too.
 	for _, req := range []string{base + "option=zzz\nmode=optional\nlocal_tasks=1", "local_tasks=x\nmode=optional", base + "option=closest\nlocal_tasks=1"} {
 		var buf bytes.Buffer
-		_ = Run(req, &buf)
+		_ = handle(req, &buf)
 		if strings.Contains(buf.String(), "\nmode ") {
 			t.Errorf("request %q: the table has a mode line:\n%s", req, buf.String())
 		}
@@ -247,10 +247,10 @@ func TestRunToFDAndCheck(t *testing.T) {
 	if rc != -1 || perr != nil || tab.Status != gpubind.StatusError {
 		t.Fatalf("rc %d parse %v tab %+v", rc, perr, tab)
 	}
-	if err := CheckOption("map:0,1*3,nic"); err != nil {
+	if err := checkOption("map:0,1*3,nic"); err != nil {
 		t.Error(err)
 	}
-	if err := CheckOption("spread,pack"); err == nil || !strings.Contains(err.Error(), `"pack"`) {
+	if err := checkOption("spread,pack"); err == nil || !strings.Contains(err.Error(), `"pack"`) {
 		t.Errorf("CheckOption accepted two policies: %v", err)
 	}
 }
@@ -305,7 +305,7 @@ func TestPlanAsNode(t *testing.T) {
 	req := "source=sysfs\nroot=" + root + "\ncache_dir=" + cache + "\noption=closest\nnode_name=node1\n" +
 		"local_tasks=2\nenv.SLURM_STEP_GPUS=3,6\nenv.SLURM_CONF=" + filepath.Join(conf, "slurm.conf") + "\n"
 	var got bytes.Buffer
-	if err := Run(req, &got); err != nil {
+	if err := handle(req, &got); err != nil {
 		t.Fatalf("%v\n%s", err, got.String())
 	}
 	want, err := os.ReadFile(filepath.Join(conf, "table.golden"))

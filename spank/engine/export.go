@@ -54,7 +54,7 @@ func runToFD(request string, w fdWriter) (rc int) {
 			rc = -2
 		}
 	}()
-	err := Run(request, &buf)
+	err := handle(request, &buf)
 	if _, werr := w.Write(buf.Bytes()); werr != nil {
 		return -3
 	}
@@ -82,7 +82,7 @@ func gpubind_engine_run(request *C.char, outFD C.int) (rc C.int) {
 	if request == nil {
 		return C.int(runToFD("", fdWriter(outFD)))
 	}
-	n := C.strnlen(request, MaxRequestBytes+1)
+	n := C.strnlen(request, maxRequestBytes+1)
 	return C.int(runToFD(C.GoStringN(request, C.int(n)), fdWriter(outFD)))
 }
 
@@ -103,15 +103,15 @@ func gpubind_engine_check(option *C.char, errbuf *C.char, errlen C.int) (rc C.in
 		return -1
 	}
 	n := C.strnlen(option, gpubind.MaxOptionLen+1)
-	if err := CheckOption(C.GoStringN(option, C.int(n))); err != nil {
+	if err := checkOption(C.GoStringN(option, C.int(n))); err != nil {
 		writeErr(errbuf, errlen, err.Error())
 		return -1
 	}
 	return 0
 }
 
-// CheckOption validates an option value as gpubind_engine_check does.
-func CheckOption(opt string) error {
+// checkOption validates an option value as gpubind_engine_check does.
+func checkOption(opt string) error {
 	_, err := gpubind.ParseOption(opt)
 	return err
 }

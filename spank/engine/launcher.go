@@ -41,13 +41,13 @@ func main() {
 	os.Exit(0)
 }
 
-// readRequest reads fd to its end: at most MaxRequestBytes.
+// readRequest reads fd to its end: at most maxRequestBytes.
 func readRequest(fd int) (string, error) {
 	buf := make([]byte, 0, 16<<10)
 	for {
 		if len(buf) == cap(buf) {
-			if len(buf) > MaxRequestBytes {
-				return "", fmt.Errorf("launcher: request on fd %d is more than %d bytes", fd, MaxRequestBytes)
+			if len(buf) > maxRequestBytes {
+				return "", fmt.Errorf("launcher: request on fd %d is more than %d bytes", fd, maxRequestBytes)
 			}
 			buf = append(buf, 0)[:len(buf)]
 		}

@@ -70,7 +70,7 @@ func TestDropChild(t *testing.T) {
 		t.Skip("child of TestDropPrivileges")
 	}
 	var buf bytes.Buffer
-	_ = Run(os.Getenv("GPUBIND_DROP_REQ"), &buf)
+	_ = handle(os.Getenv("GPUBIND_DROP_REQ"), &buf)
 	groups, _ := os.Getgroups()
 	tab, err := tabletext.Parse(bytes.NewReader(buf.Bytes()))
 	if err != nil {

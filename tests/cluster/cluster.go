@@ -289,8 +289,8 @@ func devTempDir() string {
 	return d
 }
 
-// GPUDevice is the name of fake GPU n in DevDir: nvidia<n>, or renderD<128+n> (AMD).
-func GPUDevice(n int, amd bool) string {
+// gpuDevice is the name of fake GPU n in DevDir: nvidia<n>, or renderD<128+n> (AMD).
+func gpuDevice(n int, amd bool) string {
 	if amd {
 		return fmt.Sprintf("renderD%d", 128+n)
 	}
@@ -300,9 +300,9 @@ func GPUDevice(n int, amd bool) string {
 func mknodGPU(devDir string, minor int, amd bool) error {
 	const nvidiaMajor, drmMajor = 195, 226
 	if amd {
-		return mknodChar(filepath.Join(devDir, GPUDevice(minor, true)), drmMajor, 128+minor)
+		return mknodChar(filepath.Join(devDir, gpuDevice(minor, true)), drmMajor, 128+minor)
 	}
-	return mknodChar(filepath.Join(devDir, GPUDevice(minor, false)), nvidiaMajor, minor)
+	return mknodChar(filepath.Join(devDir, gpuDevice(minor, false)), nvidiaMajor, minor)
 }
 
 func mknodChar(p string, major, minor int) error {
@@ -607,8 +607,8 @@ func (c *Cluster) SlurmdLog(node string) string {
 	return string(b)
 }
 
-// SlurmctldLog returns the contents of slurmctld's log.
-func (c *Cluster) SlurmctldLog() string {
+// slurmctldLog returns the contents of slurmctld's log.
+func (c *Cluster) slurmctldLog() string {
 	b, _ := os.ReadFile(filepath.Join(c.Dir, "log", "slurmctld.log"))
 	return string(b)
 }

@@ -217,7 +217,7 @@ func (c *Cluster) writeConfigs(ctldPort int, nodePorts []int, mungeSocket string
 
 	var gres []string
 	for _, m := range cfg.GresOrder {
-		gres = append(gres, fmt.Sprintf("Name=gpu File=%s", filepath.Join(c.DevDir, GPUDevice(m, cfg.AMD))))
+		gres = append(gres, fmt.Sprintf("Name=gpu File=%s", filepath.Join(c.DevDir, gpuDevice(m, cfg.AMD))))
 	}
 	if cfg.GresConf != nil {
 		gres = nil

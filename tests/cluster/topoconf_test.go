@@ -72,7 +72,7 @@ func TestTopologyConfSlurm(t *testing.T) {
 			t.Errorf("scontrol show topology lacks %q:\n%s", want, out)
 		}
 	}
-	if log := c.SlurmctldLog(); strings.Contains(log, "error: ") && strings.Contains(log, "block") {
+	if log := c.slurmctldLog(); strings.Contains(log, "error: ") && strings.Contains(log, "block") {
 		t.Errorf("slurmctld complains about the blocks:\n%s", log)
 	}
 	if out, errOut, err := c.Run(ctx, "sbatch", "-N1", "-w", "node1", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 300"); err != nil {

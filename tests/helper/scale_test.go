@@ -36,7 +36,7 @@ func TestScaleSmall(t *testing.T) {
 			t.Logf("%s: %d ranks on %d nodes in %v (whole step)", mode, nodes*perNode, nodes, time.Since(start).Round(time.Millisecond))
 		})
 	}
-	// The collectives at this size: from ncclid.GatherFrom ranks on, allgather gathers at rank 0
+	// The collectives at this size: from ncclid's gatherFrom ranks on, allgather gathers at rank 0
 	// and every rank reads one value (O(n) Gets, not n(n-1)).
 	t.Run(fmt.Sprintf("coll/N=%d/n=%d", nodes, nodes*perNode), func(t *testing.T) {
 		out, err := srun(t, c, []string{"GPUHELPER_NCCL_LIBRARY=" + stubLib, "GPUHELPER_TIMEOUT=120"},

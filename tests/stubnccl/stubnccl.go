@@ -9,9 +9,9 @@ import (
 	"runtime"
 )
 
-// Source returns the path of the stub's C source (in a subdirectory, so Go does not try to
+// source returns the path of the stub's C source (in a subdirectory, so Go does not try to
 // compile it into this package).
-func Source() string {
+func source() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "csrc", "stubnccl.c")
 }
@@ -24,7 +24,7 @@ func Build(dir string) (string, error) {
 		cc = "cc"
 	}
 	cmd := exec.Command(cc, "-Wall", "-Wextra", "-Werror", "-O2", "-shared", "-fPIC",
-		"-Wl,-soname,libnccl.so.2", "-o", out, Source())
+		"-Wl,-soname,libnccl.so.2", "-o", out, source())
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("stubnccl: %s: %v\n%s", cmd, err, b)
 	}

@@ -21,7 +21,7 @@ func RepoRoot() string {
 }
 
 // Plugin builds spank_gpubind.so, gpubind_engine.so and gpubind-launcher into dir, the front
-// end against the Slurm under test (SlurmPrefix).
+// end against the Slurm under test (slurmPrefix).
 func Plugin(dir string) error {
 	root := RepoRoot()
 	return Run(root,
@@ -40,22 +40,22 @@ func LauncherBuild(dir string) []string {
 	return []string{"go", "build", "-trimpath", "-tags", "gpubind_launcher", "-o", filepath.Join(dir, LauncherName), "./spank/engine"}
 }
 
-// SlurmPrefix is the install prefix of the Slurm the integration tests run against: the
+// slurmPrefix is the install prefix of the Slurm the integration tests run against: the
 // SLURM_PREFIX environment variable (set by `make test` for each version of the matrix), or
 // /usr, the system's Slurm.
-func SlurmPrefix() string {
+func slurmPrefix() string {
 	if p := os.Getenv("SLURM_PREFIX"); p != "" {
 		return p
 	}
 	return "/usr"
 }
 
-// FrontendMake is the command that builds spank_gpubind.so into dir for SlurmPrefix's Slurm,
+// FrontendMake is the command that builds spank_gpubind.so into dir for slurmPrefix's Slurm,
 // its default launcher dir/gpubind-launcher (LauncherBuild).
 func FrontendMake(dir string) []string {
 	root := RepoRoot()
 	return []string{"make", "-s", "-C", filepath.Join(root, "spank", "frontend"), "BUILD=" + dir,
-		"SLURM_PREFIX=" + SlurmPrefix(), "GB_LAUNCHER=" + filepath.Join(dir, LauncherName)}
+		"SLURM_PREFIX=" + slurmPrefix(), "GB_LAUNCHER=" + filepath.Join(dir, LauncherName)}
 }
 
 // Run runs each command in dir and stops at the first failure, whose error holds the

@@ -20,8 +20,8 @@ import (
 	"strings"
 )
 
-// Event is one line of `go test -json` (cmd/test2json's TestEvent).
-type Event struct {
+// event is one line of `go test -json` (cmd/test2json's TestEvent).
+type event struct {
 	Action     string
 	Package    string
 	ImportPath string // build-output and build-fail events
@@ -54,7 +54,7 @@ func Filter(r io.Reader, w, raw io.Writer, verbose bool) error {
 				return err
 			}
 		}
-		var e Event
+		var e event
 		if err := json.Unmarshal(b, &e); err != nil {
 			return fmt.Errorf("not a go test -json event: %q: %v", b, err)
 		}
@@ -161,7 +161,7 @@ func Skips(run string, r io.Reader) ([]Skip, error) {
 	out := map[testKey][]string{}
 	var skips []Skip
 	for sc.Scan() {
-		var e Event
+		var e event
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			return nil, fmt.Errorf("not a go test -json event: %q: %v", sc.Bytes(), err)
 		}

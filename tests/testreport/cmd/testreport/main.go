@@ -36,7 +36,7 @@ var errNotAllowed = fmt.Errorf("skips not in the allowed list")
 
 func run(args []string, stdin io.Reader, stdout io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: testreport filter [-v] -json FILE | skips -allowed LIST RUN=FILE...")
+		return fmt.Errorf("usage: testreport filter [-v] -json FILE | skips -allowed LIST RUN=FILE [RUN=FILE ...]")
 	}
 	switch args[0] {
 	case "filter":
@@ -99,7 +99,7 @@ func skips(args []string, stdout io.Writer) error {
 		return err
 	}
 	if *allowedFile == "" {
-		return fmt.Errorf("usage: testreport skips -allowed LIST RUN=FILE...")
+		return fmt.Errorf("usage: testreport skips -allowed LIST RUN=FILE [RUN=FILE ...]")
 	}
 	af, err := os.Open(*allowedFile)
 	if err != nil {
