@@ -205,7 +205,7 @@ chmod 755 "$work/cudaprobe"
 
 # Cgroup/BPF state before any step, to find leftovers later.
 gcc -O2 -D_GNU_SOURCE -I spank/frontend/cgroup -I rule -o "$work/cgtool" tests/cgroup/csrc/cgtool.c \
-	spank/frontend/cgroup/*.c rule/table.c rule/fabric.c || fail "build cgtool"
+	spank/frontend/cgroup/*.c rule/*.c || fail "build cgtool"
 leftovers() { # leftovers WHEN: no plugin cgroup, no BPF program of the plugin (gpubind_*)
 	local left progs
 	sleep 1 # slurmstepd exits after the step's srun returns

@@ -1,6 +1,6 @@
 // Package tabletext reads a decision table back into gpubind.Table, so that tests can
 // inspect what the engine wrote field by field. Production code never parses a table in
-// Go: the plugin's C parser (rule/table.c, run from Go by package rule) is the one that
+// Go: the plugin's C parser (rule/parse.c, run from Go by package rule) is the one that
 // counts, and the tests check that it accepts every table the engine writes.
 package tabletext
 
@@ -147,7 +147,7 @@ func parseLine(t *gpubind.Table, key, rest string, seen map[string]bool) error {
 		t.Messages = append(t.Messages, rest)
 	case "mode":
 		// Written by engines before the line was dropped; checked and ignored, as the
-		// plugin does (rule/table.c line_mode).
+		// plugin does (rule/parse.c line_mode).
 		if err = once(); err == nil {
 			if err = want(1); err == nil {
 				if _, err = gpubind.ParseMode(f[0]); err != nil {
@@ -211,6 +211,7 @@ func parseLine(t *gpubind.Table, key, rest string, seen map[string]bool) error {
 		}
 		if err = want(9); err == nil {
 			var g gpubind.TableGPU
+			g.Card = -1
 			if g.ID, err = atoiRange(f[0], len(t.GPUs), len(t.GPUs)); err != nil {
 				return fmt.Errorf("id %w (ids run 0,1,2,... in order)", err)
 			}
@@ -357,6 +358,19 @@ func parseLine(t *gpubind.Table, key, rest string, seen map[string]bool) error {
 				return fmt.Errorf("near %d given twice", g)
 			}
 			t.Near[g], err = parseIDList(f[1], gpubind.MaxTableGPUs)
+		}
+	case "card":
+		if err = want(2); err == nil {
+			var g, m int
+			if g, err = atoiRange(f[0], 0, len(t.GPUs)-1); err != nil {
+				return fmt.Errorf("gpu id %w (after its gpu line)", err)
+			}
+			if t.GPUs[g].Card >= 0 {
+				return fmt.Errorf("card %d given twice", g)
+			}
+			if m, err = atoiRange(f[1], 0, 1<<20-1); err == nil {
+				t.GPUs[g].Card = m
+			}
 		}
 	default:
 		return errors.New("unknown line")
