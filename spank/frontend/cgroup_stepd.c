@@ -55,28 +55,6 @@ int gb_stepcg_active(void)
 	return stepcg.cg != NULL;
 }
 
-/*
- * The step GPUs' device minors for the cgroup layer (gb_gpu_dev_minors):
- * n of them. A minor the table does not know becomes -1, which the cgroup
- * layer refuses under isolate (and ignores for cpus alone).
- */
-static int step_dev_minors(const struct gb_table *plan, int *minors, int max)
-{
-	int n = 0;
-
-	for (int i = 0; i < plan->ngpus && n + 2 <= max; i++) {
-		int k = gb_gpu_dev_minors(plan, &i, 1, minors + n, max - n,
-					  NULL, 0);
-
-		if (k < 0) {
-			minors[n++] = -1;
-			continue;
-		}
-		n += k;
-	}
-	return n;
-}
-
 int gb_stepcg_prepare(uint32_t job, uint32_t step,
 		      const struct gb_table *plan)
 {
@@ -113,8 +91,22 @@ int gb_stepcg_prepare(uint32_t job, uint32_t step,
 	cfg.ntasks = plan->ntasks;
 	cfg.amd = plan->amd;
 	cfg.step_minors = minors;
-	cfg.nstep_minors = step_dev_minors(plan, minors, 2 * plan->ngpus);
-	rc = gb_cg_prepare(&stepcg.cg, &cfg, err, sizeof(err));
+	/* The step GPUs' device minors (NVIDIA /dev/nvidiaN, AMD render and
+	 * card): only isolate uses them, and it needs every one. */
+	rc = 0;
+	if (cfg.flags & GB_CG_ISOLATE) {
+		int all[GB_TABLE_MAX_GPUS];
+
+		for (int i = 0; i < plan->ngpus; i++)
+			all[i] = i;
+		cfg.nstep_minors = gb_gpu_dev_minors(plan, all, plan->ngpus,
+						     minors, 2 * plan->ngpus,
+						     err, sizeof(err));
+		if (cfg.nstep_minors < 0)
+			rc = GB_CG_REFUSED;
+	}
+	if (!rc)
+		rc = gb_cg_prepare(&stepcg.cg, &cfg, err, sizeof(err));
 	free(minors);
 	if (rc) {
 		stepcg.cg = NULL;
