@@ -190,3 +190,27 @@ func TestNoMutableExternGlobals(t *testing.T) {
 		}
 	}
 }
+
+// TestNoCFileOver1000Lines: a C file holds one job (issue 35: rule/table.c had grown to 1,835
+// lines holding the parser, the rule and the output). Every tracked .c file stays under 1,000
+// lines; past that, split it by job.
+func TestNoCFileOver1000Lines(t *testing.T) {
+	root := repoRoot(t)
+	out, err := exec.Command("git", "-C", root, "ls-files", "*.c").Output()
+	if err != nil {
+		t.Skipf("git ls-files: %v (not a git checkout)", err)
+	}
+	files := strings.Fields(string(out))
+	if len(files) < 20 {
+		t.Fatalf("git ls-files *.c found %d files", len(files))
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := bytes.Count(b, []byte("\n")); n >= 1000 {
+			t.Errorf("%s has %d lines: split it by job", f, n)
+		}
+	}
+}
