@@ -490,6 +490,22 @@ func TestAMDIsolate(t *testing.T) {
 		t.Fatalf("front end parser: %v\n%s", err, text.String())
 	}
 	rt.Close()
+	// The snapshot (what the plan cache and --snapshot read) keeps the card minors.
+	for _, name := range []string{"frontier", "frontier-2cpu", "mi300x-spx"} {
+		snap, _, err := gpubind.Discover(gpubind.DiscoverOptions{Source: "snapshot", Snapshot: fixtures.Snapshot(name)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tree, err := gpubind.DiscoverSysfs(fixtures.Root(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, g := range tree.GPUs {
+			if g.CardMinor == nil || snap.GPUs[i].CardMinor == nil || *g.CardMinor != *snap.GPUs[i].CardMinor {
+				t.Errorf("%s GPU %d: card minor %v in the tree, %v in the snapshot", name, i, g.CardMinor, snap.GPUs[i].CardMinor)
+			}
+		}
+	}
 	// Without isolate: no card lines (an older front end would refuse the unknown line).
 	req.Option = "closest"
 	if tab, err := gpubind.Plan(req); err != nil {
