@@ -350,11 +350,11 @@ func amdIsolate(t *Topology, o *Option, mode Mode) (warning string, err error) {
 		case g.Minor < 0:
 			what = "render node minor (KFD drm_render_minor)"
 		case g.CardMinor == nil:
-			what = "card node minor (drm/cardN/dev under its PCI device)"
+			what = "card node minor (sysfs drm/cardN/dev under its PCI device; a snapshot from before gpubind read it has none)"
 		default:
 			continue
 		}
-		why := fmt.Sprintf("isolate needs the render and card node of every AMD GPU, and sysfs gives GPU %d (%s) no %s", g.Index, g.BusID, what)
+		why := fmt.Sprintf("isolate needs the render and card node of every AMD GPU, and GPU %d (%s) has no %s", g.Index, g.BusID, what)
 		if mode == ModeEnforce {
 			return "", fmt.Errorf("%s: leave out isolate, or run in mode=optional", why)
 		}
