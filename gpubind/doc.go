@@ -71,7 +71,7 @@
 // issues 1478, 1591, 2428; UCX_NET_DEVICES and GPUBIND_NIC the task's closest NIC), cpus (bind the task's CPUs to its GPU's
 // NUMA node when Slurm did not bind them), isolate (per-task cgroup device isolation,
 // applied by the front end; it breaks CUDA IPC/P2P between the step's tasks), uuid
-// (CUDA_VISIBLE_DEVICES by GPU UUID, same GPUs and order: rule/table.c writes it).
+// (CUDA_VISIBLE_DEVICES by GPU UUID, same GPUs and order: rule/output.c writes it).
 //
 // # Decision table and per-task rule
 //
@@ -81,7 +81,7 @@
 // minors, NUMA nodes and NICs; per NUMA node its step GPUs best first; a fallback
 // order; share and per_task; and each task's plan-time answer. The deterministic
 // per-task rule that turns a task's binding into its GPUs and environment is C
-// (rule/table.c): the front end runs it in each task, and package rule runs the same
+// (rule/rule.c, rule/output.c): the front end runs it in each task, and package rule runs the same
 // code for the CLI and the tests. Errors are values whose text names the bad input;
 // nothing panics.
 package gpubind

@@ -37,7 +37,7 @@ type Flags struct {
 
 // flagDefs is the one list of the option's flags, in canonical order: the parser, String,
 // the help text and the error messages read it. The C side's list is gb_flag_names
-// (rule/table.c); rule's TestFlagNamesAgree checks that the two agree.
+// (rule/fields.c); rule's TestFlagNamesAgree checks that the two agree.
 var flagDefs = []struct {
 	name  string
 	field func(*Flags) *bool

@@ -57,7 +57,7 @@ func buildTable(in planInput) (*Table, error) {
 		tab.Near = nearOrder(t, st)
 	}
 	// CUDA enumerates only the first MIG device of CUDA_VISIBLE_DEVICES: a list of
-	// several would put every task on the first one's slice. The rule (rule/table.c,
+	// several would put every task on the first one's slice. The rule (rule/rule.c,
 	// gb_result_widen) gives a MIG task its own slice only; say so here.
 	if hasMIG(st) && (tab.Visible != "" || o.Policy == policyPerTask && o.N > 1) {
 		tab.Status = StatusWarn
@@ -448,7 +448,7 @@ func migAsked(o Option) string {
 }
 
 // uuidOrWarn keeps the uuid flag only when every step GPU has a known UUID: the rule
-// (rule/table.c, visible_uuid) lists a GPU without one by its number, and a
+// (rule/output.c, visible_uuid) lists a GPU without one by its number, and a
 // CUDA_VISIBLE_DEVICES that mixes numbers and UUIDs would number the GPUs neither way.
 func (tab *Table) uuidOrWarn() {
 	if !tab.Flags.UUID {

@@ -26,7 +26,7 @@ const (
 )
 
 // Table is the decision table of protocol v1: everything a task needs to find its
-// GPUs from its own CPU binding (rule/table.c reads it; spank/PROTOCOL.md gives its text form).
+// GPUs from its own CPU binding (rule/parse.c reads it; spank/PROTOCOL.md gives its text form).
 type Table struct {
 	Status   string
 	Messages []string

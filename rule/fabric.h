@@ -6,8 +6,10 @@
  * the device when such a task can open no IMEX channel. GPUs whose fabric
  * is not_supported (PCIe, HGX) have no line and get neither.
  *
- * Plain C beside table.c, compiled with it into the front end and the Go
- * package rule: one copy of the decision. Nothing here allocates after
+ * Plain C beside the rule's other files (table.h), compiled with them into
+ * the front end and the Go package rule: one copy of the decision. parse.c
+ * hands it the lines, output.c asks it for the task's variables and mapping
+ * line. Nothing here allocates after
  * gb_table_parse (the task child calls gb_fabric_env/gb_fabric_warning).
  */
 #ifndef GPUBIND_FABRIC_H

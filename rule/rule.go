@@ -1,7 +1,9 @@
 // Package rule runs the plugin's per-task rule for Go callers: the CLI (`gpubind plan`)
-// and the tests. The rule itself is C (table.c, next to this file): the SPANK front end
-// compiles the same file into spank_gpubind.so and applies it in each task, so there is
-// one copy of the rule and the CLI shows exactly what a task gets.
+// and the tests. The rule itself is C (the .c files next to this file, behind table.h: the
+// table parser parse.c, the rule rule.c, the output output.c, default.c, fields.c and
+// fabric.c; cgo compiles them all): the SPANK front end compiles the same files into
+// spank_gpubind.so and applies them in each task, so there is one copy of the rule and the
+// CLI shows exactly what a task gets.
 package rule
 
 /*

@@ -2,8 +2,12 @@
  * Decision table (PROTOCOL.md section 2) and per-task rule (section 3).
  *
  * Plain C with no Slurm dependency: the front end compiles it into
- * spank_gpubind.so, and package rule (rule.go) compiles the same file for
- * `gpubind plan` and the tests.
+ * spank_gpubind.so, and package rule (rule.go) compiles the same files for
+ * `gpubind plan` and the tests. The public header of rule/'s C files:
+ * parse.c (the table parser), rule.c (the per-task rule), output.c (the
+ * task's environment and mapping line), default.c (default= on a step),
+ * fields.c (CPU lists, flag names, gb_errf) and fabric.c (multi-node
+ * NVLink, fabric.h); internal.h holds what they share privately.
  * Nothing here allocates after gb_table_parse: the rule runs in the task
  * child, where only simple, bounded work is welcome.
  */
@@ -155,17 +159,17 @@ struct gb_result {
 };
 
 /*
- * Parse a table. On success returns 0; on failure returns -1 with err
- * naming the line. A table with "status error" parses fine (check
- * t->status). The table must end with a correct "end N" line.
- */
-/*
  * Formats an error message into err (when err and errlen are set) and returns
  * rc: the one "error into a caller's buffer" helper of the C code.
  */
 int gb_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
+/*
+ * Parse a table. On success returns 0; on failure returns -1 with err
+ * naming the line. A table with "status error" parses fine (check
+ * t->status). The table must end with a correct "end N" line.
+ */
 int gb_table_parse(const char *text, size_t len, struct gb_table *t,
 		   char *err, size_t errlen);
 void gb_table_free(struct gb_table *t);
@@ -227,7 +231,7 @@ void gb_result_widen(const struct gb_table *t, struct gb_result *r, int lid);
 /*
  * Whether gpus[i] of a result is one of the task's own GPUs (not one that
  * visible=first|localid added). Inline, so that fabric.c asks it without
- * calling back into table.c, which calls fabric.c.
+ * calling back into output.c, which calls fabric.c.
  */
 static inline int gb_result_is_own(const struct gb_result *r, int i)
 {

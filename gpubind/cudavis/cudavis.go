@@ -82,7 +82,7 @@ func NormalizeBusID(s string) (string, error) {
 //
 // access(2), not open(2): the device cgroup answers access(2) too (cgroup v1 devices list and v2
 // BPF program both act in inode_permission; tests/cgroup TestAccessSeesDeviceCgroup shows it
-// for both), it is what the gpubind plugin uses (rule/table.c gb_result_restrict), and
+// for both), it is what the gpubind plugin uses (rule/rule.c gb_result_restrict), and
 // it has no side effects, where opening /dev/nvidiaN makes the driver set up the GPU (seconds
 // without persistence mode). When no nvidiaN node exists at all, nothing is filtered: the
 // nodes are created on first use by nvidia-modprobe.

@@ -13,7 +13,10 @@
  *   trust.c         the files run or read as root: path walked from /, fd kept
  *   plancache.c     decision tables kept by step shape
  *   log.c           "gpubind: " logging helpers
- *   ../../rule/table.c  decision table parser and the per-task rule (no Slurm)
+ *   ../../rule/     the per-task rule, behind table.h (no Slurm; also Go's):
+ *                   parse.c table parser, rule.c per-task rule, output.c the
+ *                   task's environment and log line, default.c default=,
+ *                   fields.c CPU lists and flag names, fabric.c NVLink
  * No Go runtime ever runs in the process that loads this file, nor in a fork
  * of it: the engine runs in the program gpubind-launcher, which slurmstepd
  * starts with vfork and execveat (docs/architecture.md).

@@ -48,7 +48,7 @@ static void *load_engine(void)
 
 /*
  * The policies, as srun's early check and the fallback help name them. The
- * flags are gb_flag_names (rule/table.c). The engine's help (Go,
+ * flags are gb_flag_names (rule/fields.c). The engine's help (Go,
  * gpubind.PolicyHelpText) is the full text; this one is printed only when the
  * engine cannot be loaded here.
  */

@@ -65,7 +65,7 @@ static struct {
 	 * as Slurm set it up.
 	 */
 	int from_default;
-	/* From default=: what the environment alone decided (rule/table.c). */
+	/* From default=: what the environment alone decided (rule/default.c). */
 	enum gb_default_verdict verdict;
 	/* The user's own GPU binding seen with their explicit option (warned once). */
 	char user_bind[512];
@@ -497,7 +497,7 @@ static int decide(spank_t sp, const char *option,
  * A binding that comes only from the admin's default= never shrinks what a
  * task sees, and a step it would not bind is never failed by the plugin:
  * decided here from the environment alone, before any trust check, plan
- * cache lookup or launcher (rule/table.c, docs/admin.md "default="). Returns
+ * cache lookup or launcher (rule/default.c, docs/admin.md "default="). Returns
  * 1 to plan, with option rewritten (visible=localid, no per-task cpus or
  * isolate where tasks share GPUs), or 0 to leave the step as Slurm set it up.
  */

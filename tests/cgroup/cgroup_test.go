@@ -65,17 +65,21 @@ func tool(t testing.TB) string {
 		}
 		toolPath = filepath.Join(buildDir, "cgtool")
 		// The whole cgroup layer (spank/frontend/cgroup/*.c) and the rule it formats
-		// CPU lists with.
+		// CPU lists with (rule/*.c, as the front end's Makefile and cgo take it).
 		layer := filepath.Join(root, "spank", "frontend", "cgroup")
 		srcs, _ := filepath.Glob(filepath.Join(layer, "*.c"))
 		if len(srcs) == 0 {
 			buildErr = fmt.Errorf("no C files in %s", layer)
 			return
 		}
+		ruleSrcs, _ := filepath.Glob(filepath.Join(root, "rule", "*.c"))
+		if len(ruleSrcs) == 0 {
+			buildErr = fmt.Errorf("no C files in %s", filepath.Join(root, "rule"))
+			return
+		}
 		args := []string{"-Wall", "-Wextra", "-Werror", "-O2", "-g", "-D_GNU_SOURCE",
-			"-I", layer, "-I", filepath.Join(root, "rule"), filepath.Join(root, "tests", "cgroup", "csrc", "cgtool.c"),
-			filepath.Join(root, "rule", "table.c"), filepath.Join(root, "rule", "fabric.c")}
-		args = append(append(args, srcs...), "-o", toolPath)
+			"-I", layer, "-I", filepath.Join(root, "rule"), filepath.Join(root, "tests", "cgroup", "csrc", "cgtool.c")}
+		args = append(append(append(args, ruleSrcs...), srcs...), "-o", toolPath)
 		out, err := exec.Command("gcc", args...).CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("gcc %s: %v\n%s", strings.Join(args, " "), err, out)

@@ -22,11 +22,13 @@ slurm_inc=
 case ${SLURM_PREFIX:-/usr} in /usr | /usr/) ;; *) slurm_inc=-I$SLURM_PREFIX/include ;; esac
 flags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 	-fno-omit-frame-pointer -D_GNU_SOURCE -std=gnu11 -Wall -Werror -I"$fe" -I"$rule" $slurm_inc)
+# The rule: every .c of rule/, as the front end's Makefile and cgo take it.
+rule_c=("$rule"/*.c)
 declare -A srcs=(
-	[table]="$rule/table.c $rule/fabric.c"
-	[binds]="$rule/table.c $rule/fabric.c"
-	[plancache]="$fe/plancache.c $fe/request.c $rule/table.c $rule/fabric.c $root/tests/fuzz/stubs.c"
-	[args]="$fe/args.c $rule/table.c $rule/fabric.c $root/tests/fuzz/stubs.c"
+	[table]="${rule_c[*]}"
+	[binds]="${rule_c[*]}"
+	[plancache]="$fe/plancache.c $fe/request.c ${rule_c[*]} $root/tests/fuzz/stubs.c"
+	[args]="$fe/args.c ${rule_c[*]} $root/tests/fuzz/stubs.c"
 )
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(table binds plancache args)

@@ -74,7 +74,7 @@ trap cleanup EXIT
 
 say "machine: $(uname -srm); cgroup2 at $cg2; this shell in $self; GPU node $dev (c 195:$minor)"
 gcc -Wall -Wextra -Werror -O2 -D_GNU_SOURCE -I "$root/spank/frontend/cgroup" -I "$root/rule" \
-	"$root/tests/cgroup/csrc/cgtool.c" "$root"/spank/frontend/cgroup/*.c "$root"/rule/table.c "$root"/rule/fabric.c \
+	"$root/tests/cgroup/csrc/cgtool.c" "$root"/spank/frontend/cgroup/*.c "$root"/rule/*.c \
 	-o "$work/cgtool" ||
 	fail "building cgtool"
 gcc -Wall -Wextra -Werror -O2 "$here/cgroup_gpu.c" -o "$work/cgroup_gpu" -ldl || fail "building cgroup_gpu"

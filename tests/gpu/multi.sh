@@ -107,7 +107,7 @@ EOF
 
 section "5. isolate: each rank may open only its own GPU (cgroup v2 BPF, the plugin's code)"
 gcc "${W[@]}" -D_GNU_SOURCE -Ispank/frontend/cgroup -Irule tests/cgroup/csrc/cgtool.c spank/frontend/cgroup/*.c \
-	rule/table.c rule/fabric.c -o "$work/cgtool" || failed=1
+	rule/*.c -o "$work/cgtool" || failed=1
 minors=$(awk '/Device Minor/{print $3}' /proc/driver/nvidia/gpus/*/information | sort -n | paste -sd,)
 # rank i (local rank) takes the i-th GPU in PCI order, as gpuhelper_init does without the plugin;
 # the wrapper names it by UUID so CUDA's numbering inside the cgroup cannot mislead.

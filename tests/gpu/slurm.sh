@@ -4,6 +4,7 @@
 #   tests/gpu/slurm-bundle.sh       (on a build machine: Slurm, libraries, plugin -> .gpu/)
 #   BUILD=.gpu/build tests/gpu/slurm.sh [OUTDIR]   (on the GPU node: the checkout and .gpu/)
 #   GPU_ONLY=python ...             (sections 0, 1 and 4b only)
+#   GPU_SKIP_BENCH=1 ...            (every check, without section 5's launch-cost timings)
 #
 # One slurmctld and one slurmd as root, no systemd, no munged (auth/slurm with a generated
 # key), CgroupPlugin=cgroup/v2, ConstrainDevices=yes, ConstrainCores=yes,
@@ -205,7 +206,7 @@ chmod 755 "$work/cudaprobe"
 
 # Cgroup/BPF state before any step, to find leftovers later.
 gcc -O2 -D_GNU_SOURCE -I spank/frontend/cgroup -I rule -o "$work/cgtool" tests/cgroup/csrc/cgtool.c \
-	spank/frontend/cgroup/*.c rule/table.c rule/fabric.c || fail "build cgtool"
+	spank/frontend/cgroup/*.c rule/*.c || fail "build cgtool"
 leftovers() { # leftovers WHEN: no plugin cgroup, no BPF program of the plugin (gpubind_*)
 	local left progs
 	sleep 1 # slurmstepd exits after the step's srun returns
@@ -585,6 +586,9 @@ fi
 # 4b. the Python package gpubind with the machine's PyTorch and NCCL (tests/gpu/python.sh)
 # shellcheck source=tests/gpu/python.sh
 . "$root/tests/gpu/python.sh"
+
+# GPU_SKIP_BENCH=1: every check above, not the timings below (a short lease).
+[[ -n ${GPU_SKIP_BENCH:-} ]] && summary
 
 section "5. launch cost, one core per rank (alternated, median of 9)"
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }

@@ -1,6 +1,6 @@
 // Package tabletext reads a decision table back into gpubind.Table, so that tests can
 // inspect what the engine wrote field by field. Production code never parses a table in
-// Go: the plugin's C parser (rule/table.c, run from Go by package rule) is the one that
+// Go: the plugin's C parser (rule/parse.c, run from Go by package rule) is the one that
 // counts, and the tests check that it accepts every table the engine writes.
 package tabletext
 
@@ -147,7 +147,7 @@ func parseLine(t *gpubind.Table, key, rest string, seen map[string]bool) error {
 		t.Messages = append(t.Messages, rest)
 	case "mode":
 		// Written by engines before the line was dropped; checked and ignored, as the
-		// plugin does (rule/table.c line_mode).
+		// plugin does (rule/parse.c line_mode).
 		if err = once(); err == nil {
 			if err = want(1); err == nil {
 				if _, err = gpubind.ParseMode(f[0]); err != nil {
