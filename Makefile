@@ -113,7 +113,8 @@ helper:
 # libFuzzer targets of the C parsers that run as root on input slurmstepd did not write
 # (tests/fuzz; docs/security.md): each runs FUZZTIME seconds from its seed corpus
 # (tests/fuzz/corpus); a crash, sanitizer report or leak fails. FUZZ_TARGETS: some of table,
-# binds, plancache, args (default all). `make test` runs each for TEST_FUZZTIME seconds.
+# binds, plancache, args (default all), one per CPU at a time (FUZZ_JOBS). `make test` runs
+# each for TEST_FUZZTIME seconds.
 FUZZTIME      ?= 60
 TEST_FUZZTIME ?= 20
 FUZZ_TARGETS  ?=
@@ -122,7 +123,7 @@ fuzz:
 
 # Everything once against the system Slurm, then the integration packages again against each
 # other Slurm of SLURM_MATRIX (built on first use, about 4 minutes each on 2 cores, then cached).
-# First the fuzz targets, TEST_FUZZTIME seconds each (about 1.5 minutes in all).
+# First the fuzz targets, TEST_FUZZTIME seconds each, side by side (under a minute on 2 CPUs).
 test: deps build
 	$(GO) vet ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME) FUZZ_TARGETS=

@@ -182,6 +182,7 @@ func discoverAMD(root string, numa []NUMANode) ([]GPU, error) {
 		}
 		g.UUID = AMDUUID(p["unique_id"])
 		devDir := rootPath(root, "sys", "bus", "pci", "devices", bus)
+		g.CardMinor = amdCardMinor(devDir)
 		if s, err := readTrim(filepath.Join(devDir, "numa_node")); err == nil {
 			if v, err := strconv.Atoi(s); err == nil && v >= 0 {
 				g.NUMA = v
@@ -217,6 +218,36 @@ func discoverAMD(root string, numa []NUMANode) ([]GPU, error) {
 		k++
 	}
 	return gpus, nil
+}
+
+// amdCardMinor is the minor of the GPU's DRM primary node (/dev/dri/card<N>): the
+// one drm/cardN under its PCI function whose dev file says 226:N, else nil. Read from
+// sysfs, not computed from the render minor: DRM numbers card and render nodes in
+// separate ranges, so card = render - 128 only when every DRM device has both (a BMC's
+// ast or mgag200, registered first, takes card0 without a render node, and then
+// renderD128 is card1's). gres.conf names render nodes only. docs/cgroups.md "AMD GPUs".
+func amdCardMinor(devDir string) *int {
+	ents, err := os.ReadDir(filepath.Join(devDir, "drm"))
+	if err != nil {
+		return nil
+	}
+	var found *int
+	for _, e := range ents {
+		n, ok := strings.CutPrefix(e.Name(), "card")
+		if !ok {
+			continue
+		}
+		want, err := strconv.Atoi(n)
+		if err != nil || want < 0 {
+			continue
+		}
+		s, err := readTrim(filepath.Join(devDir, "drm", e.Name(), "dev"))
+		if err != nil || s != fmt.Sprintf("%d:%d", drmMajor, want) || found != nil {
+			return nil // unreadable, not DRM's, or two primary nodes: unknown
+		}
+		found = &want
+	}
+	return found
 }
 
 // cpuless: NUMA node id is known and has no CPUs (a memory-only node).
@@ -304,18 +335,31 @@ func KFDGeneration(root string) string {
 	return s
 }
 
-// amdIsolate: the isolate flag's device cgroup rules know NVIDIA device nodes only
-// (major 195); on AMD GPUs (render nodes, major 226, and /dev/kfd) they would allow and
-// deny the wrong devices. So isolate is an error there in enforce mode, and dropped with
-// the returned warning in optional mode. Slurm's own ConstrainDevices still applies.
+// amdIsolate: on AMD GPUs isolate denies each task the step's other GPUs' render and
+// card nodes (docs/cgroups.md "AMD GPUs"), so it needs both minors of every GPU of the
+// node. Where one is unknown (no drm/cardN or renderD minor in sysfs) isolate is an
+// error in enforce mode, and dropped with the returned warning in optional mode, naming
+// the GPU. Slurm's own ConstrainDevices still applies.
 func amdIsolate(t *Topology, o *Option, mode Mode) (warning string, err error) {
 	if !t.IsAMD() || !o.Flags.Isolate {
 		return "", nil
 	}
-	const why = "isolate is not implemented for AMD GPUs yet (its device cgroup rules know NVIDIA device nodes only)"
-	if mode == ModeEnforce {
-		return "", fmt.Errorf("%s: leave out isolate, or run in mode=optional", why)
+	for _, g := range t.GPUs {
+		what := ""
+		switch {
+		case g.Minor < 0:
+			what = "render node minor (KFD drm_render_minor)"
+		case g.CardMinor == nil:
+			what = "card node minor (drm/cardN/dev under its PCI device)"
+		default:
+			continue
+		}
+		why := fmt.Sprintf("isolate needs the render and card node of every AMD GPU, and sysfs gives GPU %d (%s) no %s", g.Index, g.BusID, what)
+		if mode == ModeEnforce {
+			return "", fmt.Errorf("%s: leave out isolate, or run in mode=optional", why)
+		}
+		o.Flags.Isolate = false
+		return why + ": isolate dropped; each task still gets its own GPU in ROCR_VISIBLE_DEVICES", nil
 	}
-	o.Flags.Isolate = false
-	return why + ": isolate dropped; each task still gets its own GPU in ROCR_VISIBLE_DEVICES", nil
+	return "", nil
 }

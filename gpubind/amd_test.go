@@ -449,27 +449,86 @@ func TestAMDKFDOrderNotBusOrder(t *testing.T) {
 	}
 }
 
-// TestAMDIsolateRefused: isolate's device cgroup rules are NVIDIA's, so on AMD GPUs it is
-// an error in enforce mode and dropped with a warning in optional mode, never applied to
-// the wrong devices.
-func TestAMDIsolateRefused(t *testing.T) {
+// TestAMDIsolate: isolate on AMD GPUs (docs/cgroups.md "AMD GPUs"). The table names each
+// step GPU's card node minor ("card ID MINOR", from sysfs drm/cardN: the frontier fixture
+// has a BMC's card0, so GCD N is card N+1, not render minor - 128), the front end's parser
+// reads it and gb_gpu_dev_minors gives the cgroup layer render then card minor per GPU.
+// Without a card node in sysfs isolate is an error in enforce mode and dropped with a
+// warning naming the GPU in optional mode; NVIDIA tables never get card lines.
+func TestAMDIsolate(t *testing.T) {
 	topo, err := gpubind.DiscoverSysfs(fixtures.Root("frontier"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req := gpubind.PlanRequest{Topo: topo, Tasks: 2, Option: "closest,isolate", Gres: &gpubind.GresConf{AutoDetect: "rsmi"}, GresFrom: "test"}
-	if _, err := gpubind.Plan(req); err == nil || !strings.Contains(err.Error(), "isolate is not implemented for AMD") {
-		t.Errorf("enforce: %v", err)
+	tab, err := gpubind.Plan(req)
+	if err != nil || !tab.Flags.Isolate || tab.Status != gpubind.StatusOK {
+		t.Fatalf("enforce: %v %+v", err, tab)
+	}
+	var text strings.Builder
+	if err := tab.Encode(&text); err != nil {
+		t.Fatal(err)
+	}
+	var wantCards []string
+	for _, g := range tab.GPUs {
+		if g.Card != g.NVMLIndex+1 {
+			t.Errorf("GPU %d (KFD %d, %s): card minor %d, want %d (sysfs drm/card%d)", g.ID, g.NVMLIndex, g.BusID, g.Card, g.NVMLIndex+1, g.NVMLIndex+1)
+		}
+		wantCards = append(wantCards, fmt.Sprintf("card %d %d", g.ID, g.NVMLIndex+1))
+	}
+	var gotCards []string
+	for _, l := range strings.Split(text.String(), "\n") {
+		if strings.HasPrefix(l, "card ") {
+			gotCards = append(gotCards, l)
+		}
+	}
+	if strings.Join(gotCards, ";") != strings.Join(wantCards, ";") {
+		t.Errorf("card lines %q, want %q", gotCards, wantCards)
+	}
+	rt, err := rule.Parse(text.String())
+	if err != nil {
+		t.Fatalf("front end parser: %v\n%s", err, text.String())
+	}
+	rt.Close()
+	// Without isolate: no card lines (an older front end would refuse the unknown line).
+	req.Option = "closest"
+	if tab, err := gpubind.Plan(req); err != nil {
+		t.Fatal(err)
+	} else {
+		var b strings.Builder
+		_ = tab.Encode(&b)
+		if strings.Contains(b.String(), "\ncard ") {
+			t.Errorf("card line without isolate:\n%s", b.String())
+		}
+	}
+
+	// A GCD without a card node in sysfs (GCD 3: bus ce).
+	dir := t.TempDir()
+	copyTree(t, fixtures.Root("frontier"), dir)
+	drm, err := filepath.Glob(filepath.Join(dir, "sys/devices/*/*/0000:ce:00.0/drm/card*"))
+	if err != nil || len(drm) != 1 {
+		t.Fatalf("card node of GCD 3 in the copy: %v %v", drm, err)
+	}
+	if err := os.RemoveAll(drm[0]); err != nil {
+		t.Fatal(err)
+	}
+	topo2, err := gpubind.DiscoverSysfs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req = gpubind.PlanRequest{Topo: topo2, Tasks: 2, Option: "closest,isolate", Gres: &gpubind.GresConf{AutoDetect: "rsmi"}, GresFrom: "test"}
+	if _, err := gpubind.Plan(req); err == nil || !strings.Contains(err.Error(), "GPU 3 (0000:ce:00.0) no card node minor") {
+		t.Errorf("enforce without card node: %v", err)
 	}
 	req.Mode = gpubind.ModeOptional
-	tab, err := gpubind.Plan(req)
+	tab, err = gpubind.Plan(req)
 	if err != nil || tab.Flags.Isolate || tab.Status != gpubind.StatusWarn || !strings.Contains(strings.Join(tab.Messages, "\n"), "isolate dropped") {
-		t.Errorf("optional: %v %+v", err, tab)
+		t.Errorf("optional without card node: %v %+v", err, tab)
 	}
-	// Admin-forced isolate on an AMD node: the same.
+	// Admin-forced isolate there: the same.
 	req.Option, req.Force = "closest", gpubind.Flags{Isolate: true}
 	if tab, err := gpubind.Plan(req); err != nil || tab.Flags.Isolate {
-		t.Errorf("forced, optional: %v %+v", err, tab)
+		t.Errorf("forced, optional, without card node: %v %+v", err, tab)
 	}
 }
 

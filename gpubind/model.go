@@ -41,6 +41,10 @@ type GPU struct {
 	NUMA   int    `json:"numa"` // -1 none; always a node with CPUs when one is known
 	// Vendor is "" for NVIDIA and VendorAMD for an AMD Instinct GPU (amd.go).
 	Vendor string `json:"vendor,omitempty"`
+	// CardMinor is an AMD GPU's DRM primary node minor (/dev/dri/card<N>, from its
+	// PCI function's drm/cardN/dev), which isolate denies to the step's other tasks;
+	// nil when unknown and on NVIDIA.
+	CardMinor *int `json:"card_minor,omitempty"`
 	// MemoryNUMA are CPU-less NUMA nodes that hold the GPU's own memory (Grace: GH200,
 	// GB200), which NVML reports as the GPU's NUMA node; never used for CPU binding.
 	MemoryNUMA []int  `json:"memory_numa,omitempty"`

@@ -46,9 +46,14 @@ func buildTable(in planInput) (*Table, error) {
 		if sg.MIG != nil {
 			uuid = sg.MIG.UUID
 		}
+		card := -1
+		if g.CardMinor != nil {
+			card = *g.CardMinor
+		}
 		tab.GPUs = append(tab.GPUs, TableGPU{
 			ID: id, Visible: sg.Visible, NVMLIndex: g.Index, Minor: g.Minor, BusID: g.BusID,
 			UUID: uuid, NUMA: g.NUMA, NIC: rt.nicPort(rt.ClosestNIC(sg.Topo)), Dev: devPath(sg, g),
+			Card: card,
 		})
 	}
 	tab.NICs = railSet(rt, in.Rails, tab.GPUs)

@@ -82,6 +82,9 @@ type TableGPU struct {
 	// Dev is the device node whose access(2) tells whether a task may open the GPU
 	// ("-" unknown; an older 8-field line has none).
 	Dev string
+	// Card is an AMD GPU's /dev/dri/cardN minor, -1 unknown: a "card" line, written
+	// only on AMD with isolate (its one reader; spank/PROTOCOL.md section 2).
+	Card int
 }
 
 // TableTask is a "task" line: the plan-time answer for one local task.
@@ -162,6 +165,13 @@ func (t *Table) Encode(w io.Writer) error {
 		}
 		for _, g := range t.GPUs {
 			add("gpu %d %s %d %d %s %s %d %s %s", g.ID, g.Visible, g.NVMLIndex, g.Minor, g.BusID, dash(g.UUID), g.NUMA, dash(g.NIC), dash(g.Dev))
+		}
+		if t.Vendor == VendorAMD && t.Flags.Isolate {
+			for _, g := range t.GPUs {
+				if g.Card >= 0 {
+					add("card %d %d", g.ID, g.Card)
+				}
+			}
 		}
 		for _, g := range sortedKeys(t.Near) {
 			add("near %d %s", g, dashList(t.Near[g]))

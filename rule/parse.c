@@ -357,6 +357,7 @@ static int line_gpu(struct parser *ps, char **f, int nf)
 	t->gpus = g;
 	g = &t->gpus[t->ngpus];
 	memset(g, 0, sizeof(*g));
+	g->card = -1;
 	if (!strcmp(f[2], "-") ||
 	    copy_field(g->visible, sizeof(g->visible), f[2]))
 		return LINE_MALFORMED;
@@ -502,6 +503,20 @@ static int line_imex(struct parser *ps, char **f, int nf)
 	return gb_imex_line(ps->t, f, nf);
 }
 
+/* card ID MINOR: an AMD step GPU's /dev/dri/cardN minor (once, after its gpu line). */
+static int line_card(struct parser *ps, char **f, int nf)
+{
+	struct gb_table *t = ps->t;
+	long id, v;
+
+	(void) nf;
+	if (parse_int(f[1], 0, GB_TABLE_MAX_GPUS - 1, &id) || id >= t->ngpus ||
+	    t->gpus[id].card >= 0 || parse_int(f[2], 0, (1 << 20) - 1, &v))
+		return LINE_MALFORMED;
+	t->gpus[id].card = (int) v;
+	return 0;
+}
+
 /* vendor amd|nvidia: whose GPUs the gpu lines are (no line: NVIDIA). */
 static int line_vendor(struct parser *ps, char **f, int nf)
 {
@@ -539,6 +554,7 @@ static const struct line_type {
 	{ "fabric", 7, 7, line_fabric },
 	{ "imex", 2, 2, line_imex },
 	{ "vendor", 2, 2, line_vendor },
+	{ "card", 3, 3, line_card },
 };
 
 /* One line (NUL-terminated, without its newline), by its type. */

@@ -3,7 +3,8 @@
  * and CPUs a task gets from a parsed table (gb_binds_parse, gb_rule_apply),
  * kept to the GPUs it may open (gb_result_restrict), widened for
  * visible=first|localid (gb_result_widen), and the CPUs it runs on
- * (gb_result_affinity). Runs in the task child: no allocation. Plain C, no
+ * (gb_result_affinity), and the device minors isolate guards for its GPUs
+ * (gb_gpu_dev_minors). Runs in the task child: no allocation. Plain C, no
  * Slurm symbols.
  */
 #include "table.h"
@@ -464,6 +465,35 @@ void gb_result_widen(const struct gb_table *t, struct gb_result *r, int lid)
 	rotate(r, 0, nown);        /* others first, own at the end */
 	rotate(r, pos, r->ngpus - nown - pos); /* own back to entry pos */
 	r->own_at = pos;
+}
+
+int gb_gpu_dev_minors(const struct gb_table *t, const int *gpus, int n,
+		      int *out, int max, char *err, size_t errlen)
+{
+	int k = 0;
+
+	for (int i = 0; i < n; i++) {
+		const struct gb_gpu *g;
+
+		if (gpus[i] < 0 || gpus[i] >= t->ngpus)
+			return gb_errf(err, errlen, -1, "step GPU %d is not "
+				       "in the table's %d gpu lines", gpus[i],
+				       t->ngpus);
+		g = &t->gpus[gpus[i]];
+		if (g->minor < 0 || (t->amd && g->card < 0))
+			return gb_errf(err, errlen, -1, "step GPU %d (%s) "
+				       "has no known %s", gpus[i], g->busid,
+				       g->minor < 0 ? (t->amd ?
+				       "render node minor" : "/dev/nvidiaN minor")
+				       : "/dev/dri/cardN minor (no \"card\" line)");
+		if (k + 1 + t->amd > max)
+			return gb_errf(err, errlen, -1, "more than %d device "
+				       "minors", max);
+		out[k++] = g->minor;
+		if (t->amd)
+			out[k++] = g->card;
+	}
+	return k;
 }
 
 int gb_result_affinity(const struct gb_result *r, const cpu_set_t *own,

@@ -160,6 +160,25 @@ func (t *Table) Close() {
 	}
 }
 
+// devMinors is gb_gpu_dev_minors (the device minors isolate guards) for step GPU ids.
+func (t *Table) devMinors(ids []int) ([]int, error) {
+	cids := make([]C.int, len(ids)+1)
+	for i, id := range ids {
+		cids[i] = C.int(id)
+	}
+	out := make([]C.int, 2*len(ids)+1)
+	var err [512]C.char
+	n := C.gb_gpu_dev_minors(t.c, &cids[0], C.int(len(ids)), &out[0], C.int(len(out)), &err[0], C.size_t(len(err)))
+	if n < 0 {
+		return nil, errors.New(C.GoString(&err[0]))
+	}
+	m := make([]int, n)
+	for i := range m {
+		m[i] = int(out[i])
+	}
+	return m, nil
+}
+
 // NTasks is the number of local tasks the table plans for.
 func (t *Table) NTasks() int { return int(t.c.ntasks) }
 

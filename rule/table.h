@@ -61,7 +61,8 @@ unsigned gb_flag_lookup(const char *s, size_t len);
 struct gb_gpu {
 	char visible[96];  /* value for CUDA_VISIBLE_DEVICES */
 	int nvml;          /* physical NVML index */
-	int minor;         /* /dev/nvidiaN minor, -1 unknown */
+	int minor;         /* /dev/nvidiaN minor (AMD: render minor), -1 unknown */
+	int card;          /* AMD: /dev/dri/cardN minor ("card" line), -1 unknown */
 	char busid[32];    /* 0000:1b:00.0 */
 	char uuid[96];     /* GPU-.../MIG-... or "" */
 	int numa;          /* -1 none */
@@ -227,6 +228,19 @@ int gb_result_restrict(const struct gb_table *t, struct gb_result *r,
  * warns in the table). Never allocates.
  */
 void gb_result_widen(const struct gb_table *t, struct gb_result *r, int lid);
+
+/*
+ * The device minors isolate guards for step GPUs gpus[0..n-1] (ids into
+ * t->gpus), in that order (docs/cgroups.md "AMD GPUs"): on NVIDIA each
+ * GPU's /dev/nvidiaN minor (major 195); on AMD ("vendor amd") its render
+ * minor then its card minor (DRM, major 226; /dev/kfd is no GPU's and is
+ * never guarded). Writes at most max minors to out. Returns how many, or -1
+ * when a minor is unknown (-1, e.g. an AMD table without "card" lines from
+ * an older launcher) or out is too small, with err saying which. Never
+ * allocates (the front end calls it in slurmstepd after fork).
+ */
+int gb_gpu_dev_minors(const struct gb_table *t, const int *gpus, int n,
+		      int *out, int max, char *err, size_t errlen);
 
 /*
  * Whether gpus[i] of a result is one of the task's own GPUs (not one that

@@ -70,7 +70,8 @@ int gb_stepcg_prepare(uint32_t job, uint32_t step,
 		cfg.flags |= GB_CG_ISOLATE;
 	if (plan->flags & GB_FLAG_CPUS)
 		cfg.flags |= GB_CG_CPUS;
-	minors = calloc((size_t)plan->ngpus + 1, sizeof(*minors));
+	/* Two device minors per GPU on AMD (render and card node). */
+	minors = calloc(2 * (size_t)plan->ngpus + 1, sizeof(*minors));
 	stepcg.task_pids = calloc((size_t)plan->ntasks + 1,
 				  sizeof(*stepcg.task_pids));
 	stepcg.masks = calloc((size_t)plan->ntasks + 1, sizeof(cpu_set_t));
@@ -82,16 +83,30 @@ int gb_stepcg_prepare(uint32_t job, uint32_t step,
 	}
 	stepcg.ntask_pids = plan->ntasks;
 	for (int i = 0; i < plan->ngpus; i++) {
-		minors[i] = plan->gpus[i].minor;
 		if (!strncmp(plan->gpus[i].uuid, "MIG-", 4))
 			cfg.mig = 1;
 	}
 	cfg.job_id = job;
 	cfg.step_id = step;
 	cfg.ntasks = plan->ntasks;
+	cfg.amd = plan->amd;
 	cfg.step_minors = minors;
-	cfg.nstep_minors = plan->ngpus;
-	rc = gb_cg_prepare(&stepcg.cg, &cfg, err, sizeof(err));
+	/* The step GPUs' device minors (NVIDIA /dev/nvidiaN, AMD render and
+	 * card): only isolate uses them, and it needs every one. */
+	rc = 0;
+	if (cfg.flags & GB_CG_ISOLATE) {
+		int all[GB_TABLE_MAX_GPUS];
+
+		for (int i = 0; i < plan->ngpus; i++)
+			all[i] = i;
+		cfg.nstep_minors = gb_gpu_dev_minors(plan, all, plan->ngpus,
+						     minors, 2 * plan->ngpus,
+						     err, sizeof(err));
+		if (cfg.nstep_minors < 0)
+			rc = GB_CG_REFUSED;
+	}
+	if (!rc)
+		rc = gb_cg_prepare(&stepcg.cg, &cfg, err, sizeof(err));
 	free(minors);
 	if (rc) {
 		stepcg.cg = NULL;
@@ -142,7 +157,7 @@ static int decide(const struct gb_table *plan, int lid, pid_t pid,
 int gb_stepcg_task_post_fork(const struct gb_table *plan, int lid, pid_t pid,
 			     const cpu_set_t *step_cpus)
 {
-	int minors[GB_MAX_PER_TASK], rc;
+	int minors[2 * GB_MAX_PER_TASK], nminors, rc;
 	struct gb_result r;
 	cpu_set_t mems;
 	int have_mems = 0;
@@ -167,17 +182,28 @@ int gb_stepcg_task_post_fork(const struct gb_table *plan, int lid, pid_t pid,
 	 * with visible=first|localid the step's GPUs, else its own. */
 	gb_result_widen(plan, &r, lid);
 	CPU_ZERO(&mems);
+	nminors = 0;
+	if (plan->flags & GB_FLAG_ISOLATE) {
+		nminors = gb_gpu_dev_minors(plan, r.gpus, r.ngpus, minors,
+					    2 * GB_MAX_PER_TASK, err,
+					    sizeof(err));
+		if (nminors < 0) {
+			(void) snprintf(why, sizeof(why),
+					"cgroup binding refused for task %d: "
+					"isolate: %s", lid, err);
+			return post_fork_failed(why);
+		}
+	}
 	for (int i = 0; i < r.ngpus; i++) {
 		const struct gb_gpu *g = &plan->gpus[r.gpus[i]];
 		int own = i >= r.own_at && i < r.own_at + r.nown;
 
-		minors[i] = g->minor;
 		if (own && g->numa >= 0 && g->numa < CPU_SETSIZE) {
 			CPU_SET(g->numa, &mems);
 			have_mems = 1;
 		}
 	}
-	rc = gb_cg_apply(stepcg.cg, lid, pid, minors, r.ngpus,
+	rc = gb_cg_apply(stepcg.cg, lid, pid, minors, nminors,
 			 r.set_cpus ? &r.cpus : NULL,
 			 (r.set_cpus && have_mems) ? &mems : NULL, err,
 			 sizeof(err));

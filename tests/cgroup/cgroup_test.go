@@ -411,6 +411,63 @@ func TestV1IsolateOwnGPUOnly(t *testing.T) {
 	}
 }
 
+// fakeAMD: an AMD node's device nodes: render nodes renderD128-131 (226:128+N, GPU N),
+// card nodes card1-4 (226:1+N, GPU N: card0 is a BMC's VGA, no GPU's, as on many nodes)
+// and a kfd (char 241:0: its real major is dynamic). None has a driver: an open the
+// device cgroup lets through fails ENXIO, one it denies EPERM.
+func fakeAMD(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	mk := func(name string, major, minor uint32) {
+		if err := unix.Mknod(filepath.Join(dir, name), unix.S_IFCHR|0o666,
+			int(unix.Mkdev(major, minor))); err != nil {
+			t.Fatalf("mknod %s: %v", name, err)
+		}
+	}
+	for i := uint32(0); i < 4; i++ {
+		mk(fmt.Sprintf("renderD%d", 128+i), 226, 128+i)
+		mk(fmt.Sprintf("card%d", 1+i), 226, 1+i)
+	}
+	mk("card0", 226, 0)
+	mk("kfd", 241, 0)
+	return dir
+}
+
+var amdProbes = []string{"renderD128", "renderD129", "renderD130", "renderD131", "card0", "card1", "card2", "card3", "card4", "kfd", "/dev/null"}
+
+// isolateAMD: step GPUs 0-2 (render 128-130, card 1-3) on a 4-GPU node, the task on GPU
+// 1: the other step GPUs' render and card nodes are denied; its own, GPU 3's (outside the
+// step: Slurm's to decide), card0 and the kfd keep Slurm's rule (allowed here).
+var (
+	isolateAMDArgs = []string{"--isolate", "--amd", "--step-minors", "128,1,129,2,130,3", "--minors", "129,2"}
+	isolateAMDWant = map[string]string{"renderD128": "EPERM", "renderD129": "ENXIO", "renderD130": "EPERM",
+		"renderD131": "ENXIO", "card0": "ENXIO", "card1": "EPERM", "card2": "ENXIO", "card3": "EPERM",
+		"card4": "ENXIO", "kfd": "ENXIO", "/dev/null": "OK"}
+)
+
+func TestV1IsolateAMD(t *testing.T) {
+	needV1(t, "devices")
+	dev := fakeAMD(t)
+	r := runTask(t, dev, append([]string{"--version", "1", "--job", job()}, isolateAMDArgs...), amdProbes...)
+	r.ok(t)
+	r.expect(t, isolateAMDWant)
+}
+
+// A render node Slurm denied (v1: its task cgroup) stays denied under isolate, even when
+// a table names it as the task's own.
+func TestV1IsolateAMDKeepsSlurmDenials(t *testing.T) {
+	m := needV1(t, "devices")
+	dev := fakeAMD(t)
+	base := testBase(t, m.devices)
+	task := filepath.Join(base, "job_104", "step_0", "task_0")
+	mkdirs(t, task)
+	writeFile(t, filepath.Join(base, "job_104", "devices.deny"), "c 226:131 rwm")
+	r := runTask(t, dev, []string{"--version", "1", "--isolate", "--amd", "--job", job(),
+		"--step-minors", "128,1,131,4", "--minors", "131,4", "--slurm-v1-devices", task}, amdProbes...)
+	r.ok(t)
+	r.expect(t, map[string]string{"renderD131": "EPERM", "card4": "ENXIO", "renderD128": "EPERM", "card1": "EPERM", "kfd": "ENXIO"})
+}
+
 // Slurm's task/cgroup (v1) puts the task in devices:.../job/step/task with the other job's
 // GPUs denied; the plugin narrows inside, and Slurm's rmdir of task_N still works.
 func TestV1InsideSlurmTaskCgroup(t *testing.T) {
@@ -728,6 +785,16 @@ func TestV2WithoutSlurmCgroups(t *testing.T) {
 		"--step-minors", "0,1,2,3,4,5,6,7", "--minors", "3,6", "--slurm-v2", base}, allProbes...)
 	r.ok(t)
 	r.expect(t, with(gpus(3, 6), "nvidiactl", "ENXIO", "nvidia-modeset", "ENXIO", "/dev/null", "OK"))
+	noLeftovers(t)
+}
+
+func TestV2IsolateAMD(t *testing.T) {
+	m := needV2(t)
+	dev := fakeAMD(t)
+	base := testBase(t, m.unified)
+	r := runTask(t, dev, append([]string{"--version", "2", "--job", job(), "--slurm-v2", base}, isolateAMDArgs...), amdProbes...)
+	r.ok(t)
+	r.expect(t, isolateAMDWant)
 	noLeftovers(t)
 }
 

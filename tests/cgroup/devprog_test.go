@@ -50,6 +50,10 @@ func TestDevProgGolden(t *testing.T) {
 		{"minors_gpu1_3_7.golden", []string{"minors", "253", "7,1,3"}},
 		// 254 (nvidia-modeset) and 255 (nvidiactl) are no GPUs: never in the map.
 		{"minors_edge.golden", []string{"minors", "253", "252,253,254,255"}},
+		// AMD (isolate on render and card nodes): the same builder on DRM major 226,
+		// minors 0-255; the listing differs from task.golden in those two numbers only.
+		{"task_amd.golden", []string{"task", "226", "255", "10", "11"}},
+		{"minors_amd_edge.golden", []string{"minors", "255", "0,128,254,255,256"}},
 	}
 	for _, c := range cases {
 		t.Run(strings.TrimSuffix(c.golden, ".golden"), func(t *testing.T) {

@@ -40,7 +40,7 @@ type Config struct {
 	Proctrack        string   // default "proctrack/linuxproc"; "proctrack/cgroup" when TaskPlugin has task/cgroup
 	GPUs             int      // fake GPUs per node, default 8 (mknod c 195 N in the cluster dir)
 	GresOrder        []int    // minor number of each GRES index in gres.conf File= order; default 0..GPUs-1
-	AMD              bool     // fake GPUs are render nodes renderD<128+N> (char 226:128+N) plus a fake kfd (char 241:0)
+	AMD              bool     // fake GPUs are render nodes renderD<128+N> (char 226:128+N), card nodes card<1+N> (226:1+N) and card0 (226:0, no GPU's), plus a fake kfd (char 241:0)
 	ConstrainDevices bool     // cgroup.conf ConstrainDevices=yes (needs task/cgroup)
 	PlugStack        []string // lines of plugstack.conf (e.g. "required /path/spank_gpubind.so root=...")
 	GresConf         []string // gres.conf lines replacing the generated ones; @DEV@ stands for DevDir
@@ -220,6 +220,16 @@ func start(cfg Config) (_ *Cluster, err error) {
 		// The real /dev/kfd's major is dynamic; 241 is a local/experimental one.
 		if err := mknodChar(filepath.Join(c.DevDir, "kfd"), 241, 0); err != nil {
 			return c, err
+		}
+		// DRM card nodes as the frontier fixtures name them: card0 is no GPU's (a
+		// BMC's VGA registers first), GPU N's is card<1+N> (char 226:1+N).
+		if err := mknodChar(filepath.Join(c.DevDir, "card0"), 226, 0); err != nil {
+			return c, err
+		}
+		for _, m := range cfg.GresOrder {
+			if err := mknodChar(filepath.Join(c.DevDir, fmt.Sprintf("card%d", 1+m)), 226, 1+m); err != nil {
+				return c, err
+			}
 		}
 	}
 	if cfg.usesCgroups() {

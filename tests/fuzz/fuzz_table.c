@@ -36,6 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (int lid = 0; lid < t.ntasks && lid < 64; lid++) {
 		struct gb_result r;
 		char line[1024];
+		int minors[2 * GB_MAX_PER_TASK];
 
 		if (gb_rule_apply(&t, lid, &b, NULL, NULL, &r, err, sizeof(err)))
 			continue;
@@ -43,6 +44,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			gb_result_widen(&t, &r, lid);
 		(void) gb_result_env(&t, &r, env_sink, NULL);
 		(void) gb_result_logline(&t, &r, lid, lid, line, sizeof(line));
+		/* isolate's device minors (AMD: render and card, "card" lines). */
+		(void) gb_gpu_dev_minors(&t, r.gpus, r.ngpus, minors,
+					 2 * GB_MAX_PER_TASK, err, sizeof(err));
 	}
 	gb_table_free(&t);
 	return 0;

@@ -32,24 +32,43 @@ declare -A srcs=(
 )
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(table binds plancache args)
+# The targets run side by side, FUZZ_JOBS at a time (default: one per CPU): each is one
+# single-threaded process, so the run takes FUZZTIME per round instead of per target.
+jobs=${FUZZ_JOBS:-$(nproc)}
 mkdir -p "$out"
-rc=0
 for t in "${targets[@]}"; do
 	[[ -n ${srcs[$t]:-} ]] || { echo "fuzz: no target $t" >&2; exit 2; }
 	# shellcheck disable=SC2086
 	"$cc" "${flags[@]}" -o "$out/fuzz_$t" "$root/tests/fuzz/fuzz_$t.c" ${srcs[$t]}
-	corpus=$out/corpus-$t
-	mkdir -p "$corpus"
-	cp -n "$root/tests/fuzz/corpus/$t"/* "$corpus/" 2>/dev/null || true
-	echo "fuzz: $t for ${fuzztime}s"
-	if ! (cd "$out" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	mkdir -p "$out/corpus-$t"
+	cp -n "$root/tests/fuzz/corpus/$t"/* "$out/corpus-$t/" 2>/dev/null || true
+done
+fuzz() { # fuzz TARGET: its exit status in $out/fuzz_TARGET.rc
+	local t=$1 st=0
+	(cd "$out" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		./fuzz_$t -max_total_time="$fuzztime" -timeout=10 -rss_limit_mb=2048 \
-		-print_final_stats=1 "$corpus" >"$out/fuzz_$t.log" 2>&1); then
+		-print_final_stats=1 "corpus-$t" >"$out/fuzz_$t.log" 2>&1) || st=$?
+	echo "$st" >"$out/fuzz_$t.rc"
+}
+echo "fuzz: ${targets[*]} for ${fuzztime}s each, $jobs at a time"
+running=0
+for t in "${targets[@]}"; do
+	if ((running >= jobs)); then
+		wait -n || true
+		running=$((running - 1))
+	fi
+	fuzz "$t" &
+	running=$((running + 1))
+done
+wait
+rc=0
+for t in "${targets[@]}"; do
+	if [[ $(cat "$out/fuzz_$t.rc") != 0 ]]; then
 		echo "fuzz: $t FAILED; its log: $out/fuzz_$t.log" >&2
 		grep -E "ERROR|runtime error|SUMMARY|Test unit written" "$out/fuzz_$t.log" >&2 || tail -20 "$out/fuzz_$t.log" >&2
 		rc=1
 	else
-		echo "fuzz: $t clean: $(grep -E '^stat::number_of_executed_units' "$out/fuzz_$t.log" | awk '{print $2}') runs, $(ls "$corpus" | wc -l) inputs in the corpus"
+		echo "fuzz: $t clean: $(grep -E '^stat::number_of_executed_units' "$out/fuzz_$t.log" | awk '{print $2}') runs, $(ls "$out/corpus-$t" | wc -l) inputs in the corpus"
 	fi
 done
 exit $rc

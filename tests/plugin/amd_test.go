@@ -23,16 +23,18 @@ var (
 func amdScript(c *cluster.Cluster) string {
 	return `a=; for f in ` + c.DevDir + `/renderD*; do [ -r "$f" ] && [ -w "$f" ] && a="$a${a:+,}$(( ${f##*renderD} - 128 ))"; done; ` +
 		`k=no; [ -r ` + c.DevDir + `/kfd ] && [ -w ` + c.DevDir + `/kfd ] && k=yes; ` +
-		`echo "A $SLURM_PROCID ${ROCR_VISIBLE_DEVICES:--} ${HIP_VISIBLE_DEVICES:--} ${CUDA_VISIBLE_DEVICES:--} ${GPU_DEVICE_ORDINAL:--} ${GPUBIND_PCI_BUS_IDS:--} ${GPUBIND_GPUS:--} ${a:--} $k ${CUDA_DEVICE_ORDER:--}"`
+		`d=; for f in ` + c.DevDir + `/card*; do [ -r "$f" ] && [ -w "$f" ] && d="$d${d:+,}${f##*card}"; done; ` +
+		`echo "A $SLURM_PROCID ${ROCR_VISIBLE_DEVICES:--} ${HIP_VISIBLE_DEVICES:--} ${CUDA_VISIBLE_DEVICES:--} ${GPU_DEVICE_ORDINAL:--} ${GPUBIND_PCI_BUS_IDS:--} ${GPUBIND_GPUS:--} ${a:--} $k ${CUDA_DEVICE_ORDER:--} ${d:--}"`
 }
 
-var amdRe = regexp.MustCompile(`(?m)^A (\d+) (\S+) (\S+) (\S+) (\S+) (\S+) (\S+) (\S+) (\S+) (\S+)$`)
+var amdRe = regexp.MustCompile(`(?m)^A (\d+) (\S+) (\S+) (\S+) (\S+) (\S+) (\S+) (\S+) (\S+) (\S+) (\S+)$`)
 
 type amdTask struct {
 	rank                          int
 	rocr, hip, cuda, ordinal, bus string
 	gcd                           int
 	open, kfd, order              string
+	cards                         string // card minors the task may open (card0: no GPU's)
 }
 
 func parseAMD(t *testing.T, out string, n int) []amdTask {
@@ -48,7 +50,7 @@ func parseAMD(t *testing.T, out string, n int) []amdTask {
 		if err != nil || r < 0 || r >= n {
 			t.Fatalf("task line %q", m[0])
 		}
-		tasks[r] = amdTask{rank: r, rocr: m[2], hip: m[3], cuda: m[4], ordinal: m[5], bus: m[6], gcd: g, open: m[8], kfd: m[9], order: m[10]}
+		tasks[r] = amdTask{rank: r, rocr: m[2], hip: m[3], cuda: m[4], ordinal: m[5], bus: m[6], gcd: g, open: m[8], kfd: m[9], order: m[10], cards: m[11]}
 	}
 	return tasks
 }
@@ -60,6 +62,13 @@ func parseAMD(t *testing.T, out string, n int) []amdTask {
 // task on CPU 0 a GCD of NUMA 0 (4 or 5: the OLCF mapping, not GCD 0) and the task on
 // CPU 1 one of NUMA 1, in ROCR_VISIBLE_DEVICES as ROCr numbers the step's GCDs inside the
 // task, with HIP's variables 0; every task can open its step's render nodes and the kfd.
+// The cluster also has fake card nodes: card0 (226:0, a BMC's VGA, no GCD's) and
+// card<1+N> (226:1+N) for GCD N, as the fixture's sysfs names them (card minor is not
+// render minor - 128 there). With isolate (the "isolate" cases) each task can open
+// exactly its own GCD's render node and the kfd among GPU nodes: the other step GCDs'
+// render and card nodes are denied, the GCDs Slurm denied stay denied, and everything
+// Slurm allowed and gpubind does not guard (card0, the card nodes of GCDs outside the
+// step, the kfd) stays as Slurm set it.
 func TestAMDFrontier(t *testing.T) {
 	line := plugLine(t, "root="+fixture("frontier-2cpu"), "source=sysfs")
 	gresOrder := []int{4, 5, 2, 3, 6, 7, 0, 1} // GRES index -> GCD: NUMA 0, 1, 2, 3
@@ -72,15 +81,23 @@ func TestAMDFrontier(t *testing.T) {
 		name string
 		args []string
 		// the step's GCDs (GRES 0..k-1 through gresOrder), in KFD order
-		step []int
+		step    []int
+		isolate bool
 	}{
 		// All eight: ROCr numbers them 0..7 = KFD index.
-		{"gpus=8", []string{"--gpus=8"}, []int{0, 1, 2, 3, 4, 5, 6, 7}},
+		{"gpus=8", []string{"--gpus=8"}, []int{0, 1, 2, 3, 4, 5, 6, 7}, false},
 		// GRES 0-3 = GCDs 4,5,2,3: the task sees GCDs 2,3,4,5 as ROCr 0,1,2,3.
-		{"gpus=4", []string{"--gpus=4"}, []int{2, 3, 4, 5}},
+		{"gpus=4", []string{"--gpus=4"}, []int{2, 3, 4, 5}, false},
+		// isolate: the task opens its own GCD only, which ROCr then numbers 0.
+		{"gpus=8 isolate", []string{"--gpus=8"}, []int{0, 1, 2, 3, 4, 5, 6, 7}, true},
+		{"gpus=4 isolate", []string{"--gpus=4"}, []int{2, 3, 4, 5}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args := append(append([]string{"-n2"}, tc.args...), "--cpu-bind=map_cpu:0,1", "--gpu-bind-topo=closest,verbose", "sh", "-c", script)
+			opt := "closest,verbose"
+			if tc.isolate {
+				opt = "closest,isolate,verbose"
+			}
+			args := append(append([]string{"-n2"}, tc.args...), "--cpu-bind=map_cpu:0,1", "--gpu-bind-topo="+opt, "sh", "-c", script)
 			out, errOut, err := c.Srun(ctx(t), args...)
 			if err != nil {
 				t.Fatalf("srun %v: %v\n%s\n%s", tc.args, err, out, errOut)
@@ -100,12 +117,31 @@ func TestAMDFrontier(t *testing.T) {
 						rocr = i
 					}
 				}
+				// Card nodes: card0 and those of GCDs outside the step are not
+				// gpubind's to deny; with isolate the other step GCDs' are denied.
+				wantOpen, wantCards := stepOpen, []string{"0"}
+				for g := 0; g < 8; g++ {
+					inStep := false
+					for _, s := range tc.step {
+						inStep = inStep || s == g
+					}
+					if !inStep || !tc.isolate || g == k.gcd {
+						wantCards = append(wantCards, strconv.Itoa(g+1))
+					}
+				}
+				if tc.isolate {
+					rocr = 0
+					wantOpen = []string{strconv.Itoa(k.gcd)}
+				}
+				if cards := strings.Join(sortedInts(strings.Split(k.cards, ",")), ","); cards != strings.Join(wantCards, ",") {
+					t.Errorf("task %d (GCD %d) may open card nodes %s, want %s", k.rank, k.gcd, cards, strings.Join(wantCards, ","))
+				}
 				if k.rocr != strconv.Itoa(rocr) || k.hip != "0" || k.cuda != "0" || k.ordinal != "0" || k.order != "-" {
 					t.Errorf("task %d: ROCR_VISIBLE_DEVICES=%s HIP=%s CUDA=%s GPU_DEVICE_ORDINAL=%s CUDA_DEVICE_ORDER=%s, want ROCr %d and 0s",
 						k.rank, k.rocr, k.hip, k.cuda, k.ordinal, k.order, rocr)
 				}
-				if open := strings.Split(k.open, ","); strings.Join(sortedInts(open), ",") != strings.Join(stepOpen, ",") || k.kfd != "yes" {
-					t.Errorf("task %d may open render nodes of GCDs %s and kfd %s, want %v and yes", k.rank, k.open, k.kfd, tc.step)
+				if open := strings.Split(k.open, ","); strings.Join(sortedInts(open), ",") != strings.Join(wantOpen, ",") || k.kfd != "yes" {
+					t.Errorf("task %d may open render nodes of GCDs %s and kfd %s, want %v and yes", k.rank, k.open, k.kfd, wantOpen)
 				}
 				want := "ROCR_VISIBLE_DEVICES=" + strconv.Itoa(rocr) + " -> GPU " + strconv.Itoa(k.gcd) + " " + frontierBus[k.gcd]
 				if !strings.Contains(errOut, "(rank "+strconv.Itoa(k.rank)+"): "+want) {

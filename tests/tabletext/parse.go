@@ -211,6 +211,7 @@ func parseLine(t *gpubind.Table, key, rest string, seen map[string]bool) error {
 		}
 		if err = want(9); err == nil {
 			var g gpubind.TableGPU
+			g.Card = -1
 			if g.ID, err = atoiRange(f[0], len(t.GPUs), len(t.GPUs)); err != nil {
 				return fmt.Errorf("id %w (ids run 0,1,2,... in order)", err)
 			}
@@ -357,6 +358,19 @@ func parseLine(t *gpubind.Table, key, rest string, seen map[string]bool) error {
 				return fmt.Errorf("near %d given twice", g)
 			}
 			t.Near[g], err = parseIDList(f[1], gpubind.MaxTableGPUs)
+		}
+	case "card":
+		if err = want(2); err == nil {
+			var g, m int
+			if g, err = atoiRange(f[0], 0, len(t.GPUs)-1); err != nil {
+				return fmt.Errorf("gpu id %w (after its gpu line)", err)
+			}
+			if t.GPUs[g].Card >= 0 {
+				return fmt.Errorf("card %d given twice", g)
+			}
+			if m, err = atoiRange(f[1], 0, 1<<20-1); err == nil {
+				t.GPUs[g].Card = m
+			}
 		}
 	default:
 		return errors.New("unknown line")

@@ -2,10 +2,14 @@
  * Per-task cgroup binding for the gpubind front end (docs/cgroups.md).
  *
  * Flags:
- *   isolate  a task may open only the /dev/nvidiaN of its own GPUs; every
- *            other NVIDIA GPU minor (195:0-253) is denied. nvidiactl
+ *   isolate  NVIDIA: a task may open only the /dev/nvidiaN of its own GPUs;
+ *            every other NVIDIA GPU minor (195:0-253) is denied. nvidiactl
  *            (195:255), nvidia-modeset (195:254), nvidia-uvm, nvidia-caps and
  *            all non-GPU devices keep whatever rule they had.
+ *            AMD (cfg.amd): the render and card nodes (DRM, 226:N) of the
+ *            step's other GPUs are denied; every other DRM minor (the
+ *            task's own GPUs', a BMC's card0, GPUs outside the step) and
+ *            /dev/kfd keep whatever rule they had.
  *   cpus     the task's cpuset (cpus, mems) is narrowed to the given sets,
  *            intersected with what its current cgroup allows.
  *
@@ -58,6 +62,10 @@
 /* NVIDIA character devices: major 195; minors 0-253 are GPUs. */
 #define GB_CG_NVIDIA_MAJOR 195
 #define GB_CG_MAX_GPU_MINOR 253
+/* DRM (AMD render nodes 128-191 and card nodes 0-63): major 226. Minors
+ * above 255 (kernels of 6.x with more than 64 DRM devices) are refused. */
+#define GB_CG_DRM_MAJOR 226
+#define GB_CG_MAX_DRM_MINOR 255
 
 enum gb_cg_version { GB_CG_AUTO = 0, GB_CG_V1 = 1, GB_CG_V2 = 2 };
 
@@ -67,8 +75,11 @@ struct gb_cg_config {
 	uint32_t job_id;         /* names the plugin's cgroups */
 	uint32_t step_id;
 	int ntasks;              /* local tasks (local ids 0..ntasks-1) */
-	const int *step_minors;  /* minor of every step GPU ("gpu" lines) */
+	/* The step GPUs' device minors (gb_gpu_dev_minors): NVIDIA one
+	 * /dev/nvidiaN minor per GPU; AMD its render and card minors. */
+	const int *step_minors;
 	int nstep_minors;
+	int amd;                 /* step_minors are DRM minors (major 226) */
 	int mig;                 /* the plan holds MIG devices */
 	const char *mountinfo;   /* NULL: /proc/self/mountinfo */
 };
@@ -80,9 +91,9 @@ int gb_cg_prepare(struct gb_cg **out, const struct gb_cg_config *cfg,
 		  char *err, size_t errlen);
 
 /*
- * Task local_id with process pid: allow only the GPU minors given (isolate)
- * and narrow the cpuset to cpus/mems (cpus flag; NULL keeps that part).
- * Every minor must be one of the step's.
+ * Task local_id with process pid: allow only the GPU minors given (isolate;
+ * on AMD its render and card minors) and narrow the cpuset to cpus/mems
+ * (cpus flag; NULL keeps that part). Every minor must be one of the step's.
  */
 int gb_cg_apply(struct gb_cg *cg, int local_id, pid_t pid, const int *minors,
 		int nminors, const cpu_set_t *cpus, const cpu_set_t *mems,

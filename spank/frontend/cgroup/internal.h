@@ -19,7 +19,8 @@
 #include <stdarg.h>
 
 #define GB_CG_PATHLEN 1024
-#define GB_CG_NMINORS (GB_CG_MAX_GPU_MINOR + 1)
+/* Room for either guarded range (NVIDIA 0..253, DRM 0..255). */
+#define GB_CG_NMINORS (GB_CG_MAX_DRM_MINOR + 1)
 
 /* One mounted hierarchy: mount point and the hierarchy path it shows. */
 struct gb_cg_mount {
@@ -84,6 +85,13 @@ struct gb_cg {
 	long stepd_pid;  /* in names: several slurmds on one host reuse job ids */
 	int ntasks;
 	int mig;
+	/*
+	 * The guarded character devices: major:0..max_minor. NVIDIA
+	 * (195:0-253): every minor but the task's is denied. AMD (amd = 1,
+	 * DRM 226:0-255): only the step's other GPUs' minors are denied.
+	 */
+	int amd;
+	unsigned major, max_minor;
 	unsigned char step_minor[GB_CG_NMINORS];
 	struct gb_cg_mounts mnt;
 	int allow_fd;  /* v2: "allow everything" program, tail-call target */
@@ -97,7 +105,9 @@ struct gb_cg_apply_args {
 	int local_id;
 	const char *name;            /* gpubind_jJOB_sSTEP_pPID_tTASK */
 	pid_t pid;
-	const unsigned char *allow;  /* [GB_CG_NMINORS]: 1 = the task may open */
+	/* [GB_CG_NMINORS] over the guarded minors: 0 = denied to the task, 1 =
+	 * left to the rules in force before (never more). */
+	const unsigned char *allow;
 	const cpu_set_t *cpus;       /* NULL: CPUs left as they are */
 	const cpu_set_t *mems;       /* NULL: memory nodes left as they are */
 };

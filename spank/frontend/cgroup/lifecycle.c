@@ -75,6 +75,9 @@ static struct gb_cg *new_cg(const struct gb_cg_config *cfg, char *err,
 	cg->stepd_pid = (long)getpid();
 	cg->ntasks = cfg->ntasks;
 	cg->mig = cfg->mig;
+	cg->amd = cfg->amd ? 1 : 0;
+	cg->major = cg->amd ? GB_CG_DRM_MAJOR : GB_CG_NVIDIA_MAJOR;
+	cg->max_minor = cg->amd ? GB_CG_MAX_DRM_MINOR : GB_CG_MAX_GPU_MINOR;
 	cg->allow_fd = -1;
 	for (int i = 0; i < cfg->ntasks; i++) {
 		cg->tasks[i].prog_fd = -1;
@@ -91,16 +94,23 @@ static int mark_step_minors(struct gb_cg *cg, const struct gb_cg_config *cfg,
 	for (int i = 0; i < cfg->nstep_minors; i++) {
 		int m = cfg->step_minors[i];
 
-		if (m >= 0 && m <= GB_CG_MAX_GPU_MINOR) {
+		if (m >= 0 && (unsigned)m <= cg->max_minor) {
 			cg->step_minor[m] = 1;
 			continue;
 		}
-		if (cfg->flags & GB_CG_ISOLATE)
+		if (!(cfg->flags & GB_CG_ISOLATE))
+			continue;
+		if (cg->amd)
 			return gb_errf(err, errlen, GB_CG_REFUSED,
-				       "isolate needs the /dev/nvidiaN "
-				       "minor of every step GPU; step "
-				       "GPU %d has minor %d (expected "
-				       "0..%d)", i, m, GB_CG_MAX_GPU_MINOR);
+				       "isolate needs the render and card "
+				       "minors of every step GPU (DRM, "
+				       "0..%d); step device minor %d is %d",
+				       GB_CG_MAX_DRM_MINOR, i, m);
+		return gb_errf(err, errlen, GB_CG_REFUSED,
+			       "isolate needs the /dev/nvidiaN "
+			       "minor of every step GPU; step "
+			       "GPU %d has minor %d (expected "
+			       "0..%d)", i, m, GB_CG_MAX_GPU_MINOR);
 	}
 	return GB_CG_OK;
 }
@@ -191,7 +201,7 @@ int gb_cg_apply(struct gb_cg *cg, int local_id, pid_t pid, const int *minors,
 		/* Only GPUs of this step: no table can widen the step. */
 		for (i = 0; i < nminors; i++) {
 			int m = minors[i];
-			if (m < 0 || m > GB_CG_MAX_GPU_MINOR ||
+			if (m < 0 || (unsigned)m > cg->max_minor ||
 			    !cg->step_minor[m])
 				return gb_errf(err, errlen, GB_CG_REFUSED,
 					       "isolate: task %d: minor %d "
@@ -199,6 +209,15 @@ int gb_cg_apply(struct gb_cg *cg, int local_id, pid_t pid, const int *minors,
 					       local_id, m);
 			allow[m] = 1;
 		}
+		/*
+		 * AMD: the DRM major also holds devices that are no step
+		 * GPU's (a BMC's card0, GPUs outside the step): those are
+		 * left to the rules in force, only the step's other GPUs'
+		 * render and card minors are denied.
+		 */
+		for (i = 0; cg->amd && (unsigned)i <= cg->max_minor; i++)
+			if (!cg->step_minor[i])
+				allow[i] = 1;
 	}
 	if (!(cg->flags & GB_CG_CPUS)) {
 		cpus = NULL;

@@ -1,7 +1,8 @@
 /*
  * cgroup v1 backend: a child of the task's current devices cgroup with
- * "c 195:N rwm" denied for every GPU minor but the task's own, and a child
- * of its current cpuset cgroup with narrowed cpus/mems.
+ * "c 195:N rwm" denied for every GPU minor but the task's own (AMD: "c
+ * 226:N rwm" for the step's other GPUs' render and card minors), and a
+ * child of its current cpuset cgroup with narrowed cpus/mems.
  *
  * A v1 child starts with a copy of its parent's device rules, and a deny
  * only removes access, so nvidiactl, nvidia-uvm, nvidia-caps and every
@@ -17,8 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
-static int deny_minors(const char *dir, const unsigned char *allow, char *err,
-		       size_t errlen)
+static int deny_minors(const struct gb_cg *cg, const char *dir,
+		       const unsigned char *allow, char *err, size_t errlen)
 {
 	char path[GB_CG_PATHLEN + 16], rule[32];
 	int fd, m, rc;
@@ -31,13 +32,12 @@ static int deny_minors(const char *dir, const unsigned char *allow, char *err,
 		return gb_errf(err, errlen, GB_CG_ERROR, "open %s: %s",
 			       path, strerror(errno));
 	/* One rule per write(2): the kernel parses each write as one rule. */
-	for (m = 0; m <= GB_CG_MAX_GPU_MINOR; m++) {
+	for (m = 0; (unsigned)m <= cg->max_minor; m++) {
 		int n;
 
 		if (allow[m])
 			continue;
-		n = snprintf(rule, sizeof(rule), "c %d:%d rwm",
-			     GB_CG_NVIDIA_MAJOR, m);
+		n = snprintf(rule, sizeof(rule), "c %u:%d rwm", cg->major, m);
 		if (write(fd, rule, (size_t)n) != n) {
 			int e = errno;
 			close(fd);
@@ -52,8 +52,10 @@ static int deny_minors(const char *dir, const unsigned char *allow, char *err,
 	return GB_CG_OK;
 }
 
-/* Does "c 195:*", "c *:*", "c 195:M" (M denied) allow a minor not in allow? */
-static int allows_denied(const char *line, const unsigned char *allow)
+/* Does "c 195:*", "c *:*", "c 195:M" (M denied) allow a minor not in allow?
+ * (AMD: major 226.) */
+static int allows_denied(const struct gb_cg *cg, const char *line,
+			 const unsigned char *allow)
 {
 	char type, maj[16], min[16];
 	long m;
@@ -61,12 +63,16 @@ static int allows_denied(const char *line, const unsigned char *allow)
 	if (sscanf(line, "%c %15[^:]:%15s", &type, maj, min) != 3 ||
 	    (type != 'c' && type != 'a'))
 		return 0;
-	if (strcmp(maj, "*") && atol(maj) != GB_CG_NVIDIA_MAJOR)
+	if (strcmp(maj, "*") && atol(maj) != (long)cg->major)
 		return 0;
-	if (!strcmp(min, "*"))
-		return 1;
+	if (!strcmp(min, "*")) {
+		for (m = 0; m <= (long)cg->max_minor; m++)
+			if (!allow[m])
+				return 1;
+		return 0;
+	}
 	m = atol(min);
-	return m >= 0 && m <= GB_CG_MAX_GPU_MINOR && !allow[m];
+	return m >= 0 && m <= (long)cg->max_minor && !allow[m];
 }
 
 /*
@@ -76,8 +82,8 @@ static int allows_denied(const char *line, const unsigned char *allow)
  * allows by default (our denials are then exceptions and hold), else the
  * devices it allows, and none of the denied GPUs may be among them.
  */
-static int check_denied(const char *dir, const unsigned char *allow,
-			char *err, size_t errlen)
+static int check_denied(const struct gb_cg *cg, const char *dir,
+			const unsigned char *allow, char *err, size_t errlen)
 {
 	char path[GB_CG_PATHLEN + 16], list[32768];
 	int rc;
@@ -93,13 +99,13 @@ static int check_denied(const char *dir, const unsigned char *allow,
 		nl = strchr(p, '\n');
 		if (nl)
 			*nl = '\0';
-		if (allows_denied(p, allow))
+		if (allows_denied(cg, p, allow))
 			return gb_errf(err, errlen, GB_CG_REFUSED,
 				       "%s still allows \"%s\" after the "
 				       "denials: its parent's rule is a "
 				       "wildcard that cgroup v1 cannot "
-				       "narrow (allow NVIDIA GPUs one "
-				       "minor at a time)", path, p);
+				       "narrow (allow GPU device nodes "
+				       "one minor at a time)", path, p);
 		if (!nl)
 			break;
 	}
@@ -144,9 +150,9 @@ static int v1_apply(struct gb_cg *cg, const struct gb_cg_apply_args *a,
 		rc = mkdir_task(t, t->dev_dir, err, errlen);
 		if (rc)
 			return rc;
-		rc = deny_minors(t->dev_dir, allow, err, errlen);
+		rc = deny_minors(cg, t->dev_dir, allow, err, errlen);
 		if (!rc)
-			rc = check_denied(t->dev_dir, allow, err, errlen);
+			rc = check_denied(cg, t->dev_dir, allow, err, errlen);
 		if (rc)
 			return rc;
 		rc = gb_cg_move_pid(t->dev_dir, pid, err, errlen);

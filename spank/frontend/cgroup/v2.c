@@ -18,7 +18,9 @@
  * rules and open other jobs' GPUs. Our program instead
  *
  *   1. denies (returns 0) every NVIDIA GPU minor 195:0-253 that is not in
- *      the task's "minors" array map, and otherwise
+ *      the task's "minors" array map (AMD: every DRM minor 226:0-255 not
+ *      in it, and the map holds all of them but the step's other GPUs'
+ *      render and card minors), and otherwise
  *   2. tail-calls the program that was in force for the task before
  *      (Slurm's step or task program, read from the kernel by id and put
  *      in a one-slot prog array), so that program decides everything else;
@@ -77,13 +79,13 @@ static int v2_prepare(struct gb_cg *cg, char *err, size_t errlen)
 	for (i = 0; i < cg->ntasks; i++) {
 		struct gb_cg_task *t = &cg->tasks[i];
 		struct gb_devprog_spec spec = {
-			.major = GB_CG_NVIDIA_MAJOR,
-			.max_minor = GB_CG_MAX_GPU_MINOR,
+			.major = cg->major,
+			.max_minor = cg->max_minor,
 		};
 
 		t->minors_fd = gb_bpf_map_create(BPF_MAP_TYPE_ARRAY,
-						 GB_CG_NMINORS, "gpubind_minors",
-						 err, errlen);
+						 cg->max_minor + 1,
+						 "gpubind_minors", err, errlen);
 		if (t->minors_fd < 0)
 			return GB_CG_ERROR;
 		t->tail_fd = gb_bpf_map_create(BPF_MAP_TYPE_PROG_ARRAY, 1,
@@ -392,7 +394,7 @@ static int fill_maps(const struct gb_cg *cg, const struct gb_cg_task *t,
 		     char *err, size_t errlen)
 {
 	uint32_t keys[GB_CG_NMINORS];
-	unsigned n = gb_devprog_minors(allow, GB_CG_MAX_GPU_MINOR, keys);
+	unsigned n = gb_devprog_minors(allow, cg->max_minor, keys);
 
 	for (unsigned i = 0; i < n; i++)
 		if (gb_bpf_map_update(t->minors_fd, keys[i], 1) < 0)

@@ -231,6 +231,10 @@ static int cmd_task(int argc, char **argv)
 			cfg.mig = 1;
 			continue;
 		}
+		if (strcmp(o, "--amd") == 0) {
+			cfg.amd = 1;  /* minors are DRM (226) render and card minors */
+			continue;
+		}
 		if (strcmp(o, "--clone-vm") == 0) {
 			clone_vm = 1;
 			continue;
