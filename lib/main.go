@@ -105,6 +105,8 @@ type config struct {
 	mode    ncclid.Mode
 	library string
 	lazyID  bool // GPUHELPER_NCCL_ID=lazy: no world ID at init; gpuhelper_nccl_id makes it
+	// amdFirst: this process's GPU is AMD's, so the default search tries RCCL before NCCL.
+	amdFirst bool
 }
 
 func readConfig() (config, error) {
@@ -201,24 +203,34 @@ func ghGoPrewarm(root *C.char, scan C.int) {
 	}
 }
 
-// library returns the Library for a GPUHELPER_NCCL_LIBRARY value, one per value.
-func library(name string) *ncclid.Library {
+// library returns the Library for a configuration, one per GPUHELPER_NCCL_LIBRARY value: that
+// file alone when set (it always wins over the search), else the default search, RCCL first
+// when this process's GPU is AMD's (docs/helper.md "Where the ID comes from").
+func library(cfg config) *ncclid.Library {
 	if state.libs == nil {
 		state.libs = map[string]*ncclid.Library{}
 	}
-	if state.libs[name] == nil {
-		state.libs[name] = ncclid.Lib(name)
+	key := cfg.library
+	if key == "" && cfg.amdFirst {
+		key = "\x00amd" // no file name has a NUL
 	}
-	return state.libs[name]
+	if state.libs[key] == nil {
+		if cfg.library != "" {
+			state.libs[key] = ncclid.Lib(cfg.library)
+		} else {
+			state.libs[key] = ncclid.Search(cfg.amdFirst)
+		}
+	}
+	return state.libs[key]
 }
 
 // localOrigin describes the NCCL this process would make IDs with, loading nothing: the
 // caller's function, else what the Library resolved, else the process's own symbol.
-func localOrigin(name string) func() ncclid.Origin {
+func localOrigin(cfg config) func() ncclid.Origin {
 	return func() ncclid.Origin {
 		fn := state.userFn
 		if fn == nil {
-			fn = library(name).Resolved()
+			fn = library(cfg).Resolved()
 		}
 		if fn == nil {
 			fn = ncclid.InProcess()
@@ -229,13 +241,13 @@ func localOrigin(name string) func() ncclid.Origin {
 
 // newID is the Exchanger's generator: the caller's function, else the process's own symbol or
 // the configured library.
-func newID(name string) ncclid.Generator {
+func newID(cfg config) ncclid.Generator {
 	return func() (ncclid.ID, error) {
 		var gen ncclid.Generator
 		if state.userFn != nil {
 			gen = ncclid.Func(state.userFn)
 		} else {
-			gen = library(name).NewID
+			gen = library(cfg).NewID
 		}
 		id, err := gen()
 		if err != nil {
@@ -304,6 +316,7 @@ func initLocked() error {
 	if err != nil {
 		return fail(&failedInit{kv: kv, cfg: cfg, info: info, err: withCode(C.GPUHELPER_EGPU, err)})
 	}
+	cfg.amdFirst = gpu.Vendor == gpusel.VendorAMD
 	if gpu.Clique, err = nvlClique(gpu.BusID); err != nil {
 		return fail(&failedInit{kv: kv, cfg: cfg, info: info, err: withCode(C.GPUHELPER_EGPU, err)})
 	}
@@ -318,8 +331,8 @@ func worldID(kv pmixkv.KV, cfg config, info pmixkv.Info, gpu gpusel.Choice) erro
 	if state.ex == nil {
 		state.ex = &ncclid.Exchanger{}
 	}
-	state.ex.KV, state.ex.Mode, state.ex.Timeout, state.ex.NewID = kv, cfg.mode, cfg.timeout, newID(cfg.library)
-	state.ex.Getenv, state.ex.Local = getenv, localOrigin(cfg.library)
+	state.ex.KV, state.ex.Mode, state.ex.Timeout, state.ex.NewID = kv, cfg.mode, cfg.timeout, newID(cfg)
+	state.ex.Getenv, state.ex.Local = getenv, localOrigin(cfg)
 	state.ex.BarrierCollect = barrierCollect(info)
 	// The world ID is made here, so that programs that read info.nccl_id after init (every 1.0
 	// program) keep working. Failing to make it is not fatal: every rank learns of it from the
@@ -331,7 +344,7 @@ func worldID(kv pmixkv.KV, cfg config, info pmixkv.Info, gpu gpusel.Choice) erro
 		state.ex.NewID = func() (ncclid.ID, error) { return ncclid.ID{}, errLazy }
 	}
 	id, origin, idErr := state.ex.WorldOrigin()
-	state.ex.NewID = newID(cfg.library)
+	state.ex.NewID = newID(cfg)
 	if idErr != nil && !isNCCL(idErr) {
 		return fail(&failedInit{kv: kv, cfg: cfg, info: info, gpu: gpu, err: idErr, retry: errors.Is(idErr, pmixkv.ErrTimeout)})
 	}

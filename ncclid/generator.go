@@ -8,27 +8,48 @@ import "C"
 
 import (
 	"fmt"
+	"path/filepath"
+	"strings"
 	"sync"
 	"unsafe"
 )
 
-// defaultLibrary is what a Library dlopens when the process has no ncclGetUniqueId of its own.
-const defaultLibrary = "libnccl.so.2"
+// The libraries a Library dlopens by default when the process has no ncclGetUniqueId of its
+// own: NCCL's and RCCL's. RCCL (ROCm) exports the same symbols and a 128-byte ID of the same
+// form, under its own name; it is not an ABI drop-in for libnccl.so.2.
+const (
+	defaultLibrary = "libnccl.so.2"
+	rcclLibrary    = "librccl.so.1"
+)
 
-// Library finds ncclGetUniqueId on first use: the process's own (dlsym RTLD_DEFAULT), else the
-// one in a library it dlopens with RTLD_LOCAL. Ranks that never create an ID never touch NCCL.
+// Library finds ncclGetUniqueId on first use (docs/helper.md "Where the ID comes from"): the
+// process's own (dlsym RTLD_DEFAULT); else, for a Search library, one that a library of the
+// process already loaded in a scope of its own (libnccl*, librccl*); else the first of its
+// libraries that dlopen (RTLD_LOCAL) can load. Ranks that never create an ID never touch NCCL.
 type Library struct {
-	name string
-	mu   sync.Mutex
-	fn   unsafe.Pointer
+	names  []string
+	loaded []string // file name prefixes of already loaded libraries to use (Search only)
+	mu     sync.Mutex
+	fn     unsafe.Pointer
 }
 
-// Lib returns a Library for library ("" means defaultLibrary); its NewID is a Generator.
+// Lib returns a Library for exactly library ("" means the default search, Search(false)); its
+// NewID is a Generator.
 func Lib(library string) *Library {
 	if library == "" {
-		library = defaultLibrary
+		return Search(false)
 	}
-	return &Library{name: library}
+	return &Library{names: []string{library}}
+}
+
+// Search returns the Library of the default search: an NCCL or RCCL the process has loaded,
+// else libnccl.so.2 then librccl.so.1, or, with amdFirst (the process's GPU is AMD's), RCCL
+// first in both.
+func Search(amdFirst bool) *Library {
+	if amdFirst {
+		return &Library{names: []string{rcclLibrary, defaultLibrary}, loaded: []string{"librccl", "libnccl"}}
+	}
+	return &Library{names: []string{defaultLibrary, rcclLibrary}, loaded: []string{"libnccl", "librccl"}}
 }
 
 // NewID creates an ID with the library's ncclGetUniqueId, resolving it first if need be.
@@ -36,17 +57,43 @@ func (l *Library) NewID() (ID, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.fn == nil {
-		cl := C.CString(l.name)
-		defer C.free(unsafe.Pointer(cl))
-		var from C.int
-		var msg [512]C.char
-		p := C.ni_resolve(cl, &from, &msg[0], C.size_t(len(msg)))
-		if p == nil {
-			return ID{}, fmt.Errorf("ncclid: %s", C.GoString(&msg[0]))
+		p, err := l.resolve()
+		if err != nil {
+			return ID{}, err
 		}
 		l.fn = p
 	}
 	return call(l.fn)
+}
+
+func (l *Library) resolve() (unsafe.Pointer, error) {
+	if p := C.ni_in_process(); p != nil {
+		return p, nil
+	}
+	var msg [512]C.char
+	for _, prefix := range l.loaded {
+		cp := C.CString(prefix)
+		p := C.ni_loaded(cp, &msg[0], C.size_t(len(msg)))
+		C.free(unsafe.Pointer(cp))
+		if p != nil {
+			return p, nil
+		}
+	}
+	var tried []string
+	for _, name := range l.names {
+		cl := C.CString(name)
+		p := C.ni_open(cl, &msg[0], C.size_t(len(msg)))
+		C.free(unsafe.Pointer(cl))
+		if p != nil {
+			return p, nil
+		}
+		tried = append(tried, C.GoString(&msg[0]))
+	}
+	if len(l.loaded) == 0 {
+		return nil, fmt.Errorf("ncclid: ncclGetUniqueId is not in the process and %s", strings.Join(tried, "; "))
+	}
+	return nil, fmt.Errorf("ncclid: ncclGetUniqueId is not in the process, no NCCL or RCCL is loaded, and every "+
+		"library tried failed: %s (GPUHELPER_NCCL_LIBRARY names the file to use)", strings.Join(tried, "; "))
 }
 
 // Resolved returns the ncclGetUniqueId NewID uses, or nil before NewID found one.
@@ -79,14 +126,17 @@ func versionString(v int) string {
 }
 
 func (o Origin) String() string {
-	lib := o.Library
+	lib, what := o.Library, "NCCL"
 	if lib == "" {
 		lib = "an unknown file"
 	}
-	if o.Version == 0 {
-		return fmt.Sprintf("NCCL of unknown version in %s", lib)
+	if strings.HasPrefix(filepath.Base(o.Library), "librccl") {
+		what = "RCCL" // its ncclGetVersion is the NCCL version it follows
 	}
-	return fmt.Sprintf("NCCL %s (%d) in %s", versionString(o.Version), o.Version, lib)
+	if o.Version == 0 {
+		return fmt.Sprintf("%s of unknown version in %s", what, lib)
+	}
+	return fmt.Sprintf("%s %s (%d) in %s", what, versionString(o.Version), o.Version, lib)
 }
 
 // Describe returns the Origin of fn, an ncclGetUniqueId: the loaded file that holds it and

@@ -2,6 +2,7 @@
  * so the ID must come from the libnccl that will consume it. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -9,13 +10,9 @@
 
 void *ni_in_process(void) { return dlsym(RTLD_DEFAULT, "ncclGetUniqueId"); }
 
-void *ni_resolve(const char *lib, int *from, char *err, size_t errlen)
+void *ni_open(const char *lib, char *err, size_t errlen)
 {
-    void *fn = ni_in_process();
-    if (fn != NULL) {
-        *from = 1;
-        return fn;
-    }
+    void *fn;
     /* Not linked or loaded by the application: load it ourselves. RTLD_LOCAL: its symbols must
      * not become the process's, where they would stand in for (or clash with) an NCCL the
      * application loads later. The handle stays open on purpose: the listener thread that
@@ -23,8 +20,7 @@ void *ni_resolve(const char *lib, int *from, char *err, size_t errlen)
     void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     if (h == NULL) {
         const char *e = dlerror();
-        snprintf(err, errlen, "ncclGetUniqueId is not in the process and dlopen(%s) failed: %s", lib,
-                 e ? e : "unknown error");
+        snprintf(err, errlen, "dlopen(%s) failed: %s", lib, e ? e : "unknown error");
         return NULL;
     }
     fn = dlsym(h, "ncclGetUniqueId");
@@ -33,8 +29,58 @@ void *ni_resolve(const char *lib, int *from, char *err, size_t errlen)
         snprintf(err, errlen, "%s has no ncclGetUniqueId: %s", lib, e ? e : "unknown error");
         return NULL;
     }
-    *from = 2;
     return fn;
+}
+
+/* ni_loaded: see getid.h. dl_iterate_phdr reads the loader's list of loaded objects, whatever
+ * their scope (a library loaded RTLD_LOCAL, or as a dependency of one, is invisible to
+ * dlsym(RTLD_DEFAULT)). */
+struct ni_find {
+    const char *prefix;
+    char *path;
+    size_t pathlen;
+    void *fn;
+};
+
+static int ni_find_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    struct ni_find *f = data;
+    const char *name = info->dlpi_name, *base;
+    void *h, *fn;
+    Dl_info di;
+    (void)size;
+    if (name == NULL || *name == '\0')
+        return 0;
+    base = strrchr(name, '/');
+    base = base != NULL ? base + 1 : name;
+    if (strncmp(base, f->prefix, strlen(f->prefix)) != 0)
+        return 0;
+    /* Its own handle (RTLD_NOLOAD: loads nothing). A handle's lookup also searches the file's
+     * dependencies: only a symbol of this very file counts (NCCL's net plugins, libnccl-net*.so,
+     * share the prefix and have none). */
+    h = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
+    if (h == NULL)
+        return 0;
+    fn = dlsym(h, "ncclGetUniqueId");
+    memset(&di, 0, sizeof(di));
+    if (fn != NULL && dladdr(fn, &di) != 0 && di.dli_fbase == (void *)info->dlpi_addr) {
+        f->fn = fn;
+        if (f->pathlen > 0)
+            snprintf(f->path, f->pathlen, "%s", name);
+    }
+    /* The handle is dropped: the object stays, loaded by whoever loaded it (this added only a
+     * reference). */
+    dlclose(h);
+    return f->fn != NULL;
+}
+
+void *ni_loaded(const char *prefix, char *path, size_t pathlen)
+{
+    struct ni_find f = {prefix, path, pathlen, NULL};
+    if (pathlen > 0)
+        path[0] = '\0';
+    dl_iterate_phdr(ni_find_cb, &f);
+    return f.fn;
 }
 
 int ni_describe(void *fn, char *path, size_t pathlen, int *version)

@@ -11,10 +11,13 @@ typedef int (*ni_get_unique_id_fn)(void *id);
  * loads nothing, and it cannot see an NCCL linked statically into a program: such programs pass
  * their function with gpuhelper_set_nccl_get_unique_id. */
 void *ni_in_process(void);
-/* ni_resolve returns the process's own ncclGetUniqueId, else the one of lib (dlopen'd with
- * RTLD_LOCAL, kept open), else NULL with a reason in err. *from says which: 1 process,
- * 2 dlopen. */
-void *ni_resolve(const char *lib, int *from, char *err, size_t errlen);
+/* ni_open dlopens lib (RTLD_NOW | RTLD_LOCAL, kept open) and returns its ncclGetUniqueId, or
+ * NULL with "dlopen(lib) failed: ..." or "lib has no ncclGetUniqueId: ..." in err. */
+void *ni_open(const char *lib, char *err, size_t errlen);
+/* ni_loaded returns the ncclGetUniqueId of a library already loaded in the process, in any
+ * scope, whose file name starts with prefix ("libnccl", "librccl") and which defines it itself,
+ * with that file's path in path; NULL when there is none. Loads nothing. */
+void *ni_loaded(const char *prefix, char *path, size_t pathlen);
 /* ni_describe finds the file that holds fn (dladdr) and, when that same file exports
  * ncclGetVersion, its version; loads nothing. Returns 0, or -1 when fn is in no loaded file. */
 int ni_describe(void *fn, char *path, size_t pathlen, int *version);

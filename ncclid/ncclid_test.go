@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -418,6 +419,45 @@ func TestLibWithStub(t *testing.T) {
 	t.Setenv("STUBNCCL_FAIL", "3")
 	if _, err := l.NewID(); err == nil || !strings.Contains(err.Error(), "ncclResult_t 3") {
 		t.Errorf("failing ncclGetUniqueId: %v", err)
+	}
+}
+
+// TestSearchLoaded: the default search takes an RCCL (or NCCL) that the process loaded in a
+// scope of its own (RTLD_LOCAL: invisible to dlsym(RTLD_DEFAULT)) before any library by
+// name, and a library whose name shares the prefix but lacks ncclGetUniqueId (NCCL's net
+// plugins, libnccl-net*.so) does not count.
+func TestSearchLoaded(t *testing.T) {
+	dir := t.TempDir()
+	lib, err := stubnccl.BuildRCCL(dir)
+	if err != nil {
+		t.Skip(err) // no C compiler
+	}
+	plugin := filepath.Join(dir, "librccl-net.so")
+	src := filepath.Join(dir, "net.c")
+	if err := os.WriteFile(src, []byte("int ncclNetPlugin_v8 = 1;\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command("cc", "-shared", "-fPIC", "-o", plugin, src).CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v\n%s", err, b)
+	}
+	// The plugin first: loaded, but it has no ncclGetUniqueId; the search must not stop there.
+	if _, err := Lib(plugin).NewID(); err == nil || !strings.Contains(err.Error(), "has no ncclGetUniqueId") {
+		t.Fatalf("plugin: %v", err)
+	}
+	if _, err := Lib(lib).NewID(); err != nil { // loads the stand-in librccl.so.1, RTLD_LOCAL
+		t.Fatal(err)
+	}
+	if InProcess() != nil {
+		t.Fatal("ncclGetUniqueId visible process-wide")
+	}
+	// libnccl.so.2 first by name, but the loaded RCCL wins; its IDs begin "RCCL".
+	s := Search(true)
+	id, err := s.NewID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := Describe(s.Resolved()); o.Library != lib || fmt.Sprintf("%x", id[:4]) != stubnccl.RCCLPrefix || o.String() != "RCCL 2.22.3 (22203) in "+lib {
+		t.Errorf("Search(true) used %v, ID %x..., want the loaded %s", o, id[:4], lib)
 	}
 }
 

@@ -14,8 +14,8 @@ import (
 // amdVisible resolves what HIP shows the process on an AMD node. ROCr enumerates the GPUs
 // in KFD order and skips those whose render node (dev/dri/renderD<minor>) the process
 // cannot open (missing, or denied by its device cgroup), numbering the others from 0; it
-// applies ROCR_VISIBLE_DEVICES to those (indices or GPU- UUID prefixes; an unknown,
-// repeated or bad entry ends the list); HIP then applies HIP_VISIBLE_DEVICES, else
+// applies ROCR_VISIBLE_DEVICES to those (cudavis.ROCRVisible: indices or GPU- UUID
+// prefixes; an unknown, ambiguous, repeated or bad entry ends the list); HIP then applies HIP_VISIBLE_DEVICES, else
 // CUDA_VISIBLE_DEVICES, relative to what ROCr shows. usable are the GPUs the process can
 // open, vis what HIP shows, device 0 first.
 func amdVisible(topo *gpubind.Topology, dev string, lookup func(string) (string, bool)) (usable, vis []cudavis.GPU, err error) {
@@ -31,10 +31,7 @@ func amdVisible(topo *gpubind.Topology, dev string, lookup func(string) (string,
 		usable = append(usable, cudavis.GPU{BusID: g.BusID, UUID: g.UUID, Minor: g.Minor})
 	}
 	rocr, set := lookup("ROCR_VISIBLE_DEVICES")
-	shown, err := cudavis.Visible(usable, rocr, set)
-	if err != nil {
-		return nil, nil, fmt.Errorf("ROCR_VISIBLE_DEVICES: %w", err)
-	}
+	shown := cudavis.ROCRVisible(usable, rocr, set) // ROCr's filter, as libgpuhelper applies it
 	name := "HIP_VISIBLE_DEVICES"
 	hip, set := lookup(name)
 	if !set {

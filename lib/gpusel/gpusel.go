@@ -1,6 +1,7 @@
-// Package gpusel decides which GPU a process of libgpuhelper uses, without NVML or CUDA: from
-// the gpubind SPANK plugin's GPUBIND_* variables when present, else by local rank over the
-// GPUs that CUDA_VISIBLE_DEVICES lets the process see.
+// Package gpusel decides which GPU a process of libgpuhelper uses, without NVML, CUDA or ROCm:
+// from the gpubind SPANK plugin's GPUBIND_* variables when present, else by local rank over the
+// GPUs that CUDA_VISIBLE_DEVICES lets the process see (on a node without NVIDIA GPUs: the AMD
+// GPUs that ROCR_VISIBLE_DEVICES, then HIP_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES, let it see).
 //
 // CUDA numbers the GPUs the process can open, not every GPU of the host: under Slurm's
 // ConstrainDevices, in a container, or with GPUs bound to another driver (vfio-pci), the
@@ -8,11 +9,17 @@
 // So Scan keeps only the NVIDIA GPUs bound to the nvidia driver whose /dev/nvidiaN the process
 // may read and write, in PCI bus id order (CUDA's order with CUDA_DEVICE_ORDER=PCI_BUS_ID), and
 // CUDA_VISIBLE_DEVICES is applied to that list.
+//
+// AMD GPUs (docs/helper.md "GPU choice"): where the scan finds no NVIDIA GPU, the AMD GPUs of
+// the KFD topology that the process can open, in KFD order (ROCr's), with ROCR_VISIBLE_DEVICES
+// applied as ROCr applies it, and then HIP_VISIBLE_DEVICES, else CUDA_VISIBLE_DEVICES, relative
+// to that, as HIP counts. The index reported is HIP's device number (hipSetDevice).
 package gpusel
 
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -26,6 +33,9 @@ type Choice struct {
 	UUID       string // "GPU-..." or "MIG-...", "" if unknown
 	Visible    int    // number of GPUs the process sees
 	Source     string // "gpubind" (plugin variables), "sysfs", or "none"
+	// Vendor is whose GPU it is: "nvidia", VendorAMD, or "" when unknown (no GPU, or
+	// the plugin's variables name a bus id sysfs does not show and no AMD-form UUID).
+	Vendor string
 	// MIG is set when the choice is a MIG instance named by CUDA_VISIBLE_DEVICES among others:
 	// CUDA shows a process one MIG instance only (the first MIG entry), so the process must run
 	// with CUDA_VISIBLE_DEVICES set to MIG alone (then CUDADevice 0 is that instance). MIGFirst
@@ -45,7 +55,15 @@ type Input struct {
 	// Scan lists the GPUs under a root (nil: Scan); libgpuhelper passes one that a helper
 	// thread may have run already.
 	Scan func(root string) ([]GPU, error)
+	// ScanAMD lists the AMD GPUs under a root in ROCr's order (nil: cudavis.ScanAMD).
+	ScanAMD func(root string) ([]GPU, error)
 }
+
+// The vendors of Choice.Vendor.
+const (
+	vendorNVIDIA = "nvidia"
+	VendorAMD    = "amd"
+)
 
 // GPU is one NVIDIA GPU the process can use (cudavis.GPU).
 type GPU = cudavis.GPU
@@ -73,7 +91,11 @@ func Choose(in Input) (Choice, error) {
 		return Choice{}, fmt.Errorf("local rank %d, expected >= 0", in.LocalRank)
 	}
 	if getenv("GPUBIND_GPUS") != "" || getenv("GPUBIND_PCI_BUS_IDS") != "" {
-		return fromPlugin(getenv)
+		c, err := fromPlugin(getenv)
+		if err == nil {
+			c.Vendor = pluginVendor(in.Root, c)
+		}
+		return c, err
 	}
 	scan := in.Scan
 	if scan == nil {
@@ -82,6 +104,21 @@ func Choose(in Input) (Choice, error) {
 	gpus, err := scan(in.Root)
 	if err != nil {
 		return Choice{}, err
+	}
+	if len(gpus) == 0 {
+		// No NVIDIA GPU the process can use: AMD GPUs, if any (an AMD node; an NVIDIA node
+		// whose GPUs this process may not open has none: its KFD topology is empty or absent).
+		scanAMD := in.ScanAMD
+		if scanAMD == nil {
+			scanAMD = func(root string) ([]GPU, error) { return cudavis.ScanAMD(root, "", access) }
+		}
+		amd, err := scanAMD(in.Root)
+		if err != nil {
+			return Choice{}, err
+		}
+		if len(amd) > 0 {
+			return chooseAMD(amd, lookup, in.LocalRank)
+		}
 	}
 	cvd, set := lookup("CUDA_VISIBLE_DEVICES")
 	vis, err := visible(gpus, cvd, set)
@@ -92,7 +129,7 @@ func Choose(in Input) (Choice, error) {
 		return Choice{CUDADevice: -1, Source: "none"}, nil
 	}
 	i := in.LocalRank % len(vis)
-	c := Choice{CUDADevice: i, BusID: vis[i].BusID, UUID: vis[i].UUID, Visible: len(vis), Source: "sysfs"}
+	c := Choice{CUDADevice: i, BusID: vis[i].BusID, UUID: vis[i].UUID, Visible: len(vis), Source: "sysfs", Vendor: vendorNVIDIA}
 	if strings.HasPrefix(vis[i].UUID, "MIG-") {
 		// One MIG instance per process: this one, as CUDA device 0 once it is alone in
 		// CUDA_VISIBLE_DEVICES.
@@ -153,4 +190,54 @@ func fromPlugin(getenv func(string) string) (Choice, error) {
 		c.UUID = u
 	}
 	return c, nil
+}
+
+// chooseAMD picks among the AMD GPUs the process can open, in ROCr's order: ROCR_VISIBLE_DEVICES
+// first (ROCr's filter: a bad token ends the list), then HIP_VISIBLE_DEVICES, else
+// CUDA_VISIBLE_DEVICES, counted relative to what ROCr shows (HIP's rule, and the plugin's and
+// `gpubind whereami`'s). The process takes HIP device local_rank % count.
+func chooseAMD(gpus []GPU, lookup func(string) (string, bool), localRank int) (Choice, error) {
+	rvd, set := lookup("ROCR_VISIBLE_DEVICES")
+	shown := cudavis.ROCRVisible(gpus, rvd, set)
+	name := "HIP_VISIBLE_DEVICES"
+	hip, set := lookup(name)
+	if !set {
+		name = "CUDA_VISIBLE_DEVICES"
+		hip, set = lookup(name)
+	}
+	vis, err := visible(shown, hip, set)
+	if err != nil {
+		return Choice{}, fmt.Errorf("%s (relative to the %d GPUs ROCR_VISIBLE_DEVICES leaves): %w", name, len(shown), err)
+	}
+	if len(vis) == 0 {
+		return Choice{CUDADevice: -1, Source: "none", Vendor: VendorAMD}, nil
+	}
+	i := localRank % len(vis)
+	return Choice{CUDADevice: i, BusID: vis[i].BusID, UUID: vis[i].UUID, Visible: len(vis), Source: "sysfs", Vendor: VendorAMD}, nil
+}
+
+// pluginVendor says whose GPU the plugin's variables name: the PCI vendor of its bus id in
+// sysfs (0x10de NVIDIA, 0x1002 AMD), else by the UUID's form (AMD's are "GPU-" and 16 hex
+// digits, NVIDIA's "GPU-" and 36 characters, "MIG-" NVIDIA's), else unknown.
+func pluginVendor(root string, c Choice) string {
+	if root == "" {
+		root = "/"
+	}
+	if c.BusID != "" {
+		if b, err := os.ReadFile(filepath.Join(root, "sys/bus/pci/devices", c.BusID, "vendor")); err == nil {
+			switch strings.ToLower(strings.TrimSpace(string(b))) {
+			case "0x10de":
+				return vendorNVIDIA
+			case "0x1002":
+				return VendorAMD
+			}
+		}
+	}
+	switch u := c.UUID; {
+	case strings.HasPrefix(u, "MIG-"), strings.HasPrefix(u, "GPU-") && len(u) == 40:
+		return vendorNVIDIA
+	case strings.HasPrefix(u, "GPU-") && len(u) == 20 && strings.Trim(strings.ToLower(u[4:]), "0123456789abcdef") == "":
+		return VendorAMD
+	}
+	return ""
 }

@@ -47,7 +47,8 @@ class Info:
         rank, size: the process's global rank and the job's number of processes.
         local_rank, local_size: its place among the processes on its node, and their number.
         node_id, num_nodes: its node's place (0..num_nodes-1) in the job's node list.
-        cuda_device: the CUDA device index to use (torch.cuda.set_device), -1 when none.
+        cuda_device: the CUDA device index to use (torch.cuda.set_device), -1 when none; on
+            AMD GPUs HIP's device number, which a ROCm torch.cuda takes alike.
         pci_bus_id: that GPU's PCI bus id ("0000:1b:00.0"), "" when unknown.
         gpu_uuid: its UUID ("GPU-..." or "MIG-..."), "" when unknown.
         nccl_id: the world NCCL ID made during init (128 bytes), or None; by default gpubind
@@ -168,9 +169,11 @@ def _need_init(call: str) -> Info:
 def nccl_id() -> bytes:
     """The world NCCL unique ID (128 bytes, the same on every rank). Collective.
 
-    The first call makes it: rank 0 calls ncclGetUniqueId of the NCCL already in the process
-    (torch's, when torch with CUDA is imported), else dlopens GPUHELPER_NCCL_LIBRARY
-    (default libnccl.so.2). Pass it to ncclCommInitRank with size and rank from init().
+    The first call makes it: rank 0 calls ncclGetUniqueId of the NCCL (or RCCL) already in the
+    process (torch's, when torch with CUDA or ROCm is imported, also when loaded RTLD_LOCAL),
+    else dlopens GPUHELPER_NCCL_LIBRARY when set, else libnccl.so.2 then librccl.so.1 (RCCL
+    first when the rank's GPU is AMD's; docs/helper.md "Where the ID comes from"). Pass it to
+    ncclCommInitRank with size and rank from init().
 
     Raises:
         Error: GPUHELPER_ENCCL with rank 0's reason (no NCCL there, versions differ), a

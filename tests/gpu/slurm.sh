@@ -5,6 +5,7 @@
 #   BUILD=.gpu/build tests/gpu/slurm.sh [OUTDIR]   (on the GPU node: the checkout and .gpu/)
 #   GPU_ONLY=python ...             (sections 0, 1 and 4b only)
 #   GPU_SKIP_BENCH=1 ...            (every check, without section 5's launch-cost timings)
+#   GPU_SKIP_PYTHON=1 ...           (without section 4b, the Python package)
 #
 # One slurmctld and one slurmd as root, no systemd, no munged (auth/slurm with a generated
 # key), CgroupPlugin=cgroup/v2, ConstrainDevices=yes, ConstrainCores=yes,
@@ -583,9 +584,10 @@ else
 	fail "no nvcc or nccl.h: section 4 not run"
 fi
 
-# 4b. the Python package gpubind with the machine's PyTorch and NCCL (tests/gpu/python.sh)
+# 4b. the Python package gpubind with the machine's PyTorch and NCCL (tests/gpu/python.sh);
+# GPU_SKIP_PYTHON=1 leaves it out (a short lease that re-checks the plugin only).
 # shellcheck source=tests/gpu/python.sh
-. "$root/tests/gpu/python.sh"
+[[ -n ${GPU_SKIP_PYTHON:-} ]] || . "$root/tests/gpu/python.sh"
 
 # GPU_SKIP_BENCH=1: every check above, not the timings below (a short lease).
 [[ -n ${GPU_SKIP_BENCH:-} ]] && summary

@@ -295,6 +295,28 @@ func TestSrun(t *testing.T) {
 		}
 	})
 
+	// Issue 38: an RCCL that Python loaded itself (ctypes, RTLD_LOCAL, as torch on ROCm loads
+	// it) makes the ID, although libnccl.so.2 is on the library path and this node has no AMD
+	// GPU (NCCL first by name): the library the program already loaded wins.
+	t.Run("RCCL loaded by Python/N=2/n=4", func(t *testing.T) {
+		dir := t.TempDir()
+		_ = os.Chmod(dir, 0o755)
+		rccl, err := stubnccl.BuildRCCL(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stubnccl.Build(dir); err != nil {
+			t.Fatal(err)
+		}
+		out, errOut := srun(t, c, []string{"LD_LIBRARY_PATH=" + dir, "RANKPY_PRELOAD=" + rccl}, two, "ncclid")
+		ids := want(t, out, errOut, "NCCLID", 4)
+		for r := 0; r < 4; r++ {
+			if ids[r][1] != ids[0][1] || !strings.HasPrefix(ids[r][1], stubnccl.RCCLPrefix) {
+				t.Errorf("rank %d: NCCL ID %.16s..., want rank 0's, made by the loaded RCCL (%s...)", r, ids[r][1], stubnccl.RCCLPrefix)
+			}
+		}
+	})
+
 	// bcast and allgather with lengths that differ between ranks (and zero).
 	t.Run("bcast and allgather/N=2/n=4", func(t *testing.T) {
 		out, errOut := srun(t, c, nil, two, "coll")

@@ -1,4 +1,5 @@
-// Package stubnccl builds the stand-in libnccl.so.2 (csrc/stubnccl.c) for CPU-only tests.
+// Package stubnccl builds the stand-ins libnccl.so.2 and librccl.so.1 (csrc/stubnccl.c) for
+// CPU-only tests.
 package stubnccl
 
 import (
@@ -17,14 +18,24 @@ func source() string {
 }
 
 // Build compiles the stub into dir/libnccl.so.2 and returns that path.
-func Build(dir string) (string, error) {
-	out := filepath.Join(dir, "libnccl.so.2")
+func Build(dir string) (string, error) { return build(dir, "libnccl.so.2") }
+
+// BuildRCCL compiles the RCCL stand-in into dir/librccl.so.1 and returns that path: its IDs
+// begin with "RCCL" (RCCLPrefix) and its ncclGetVersion says 22203 unless STUBNCCL_VERSION
+// is set.
+func BuildRCCL(dir string) (string, error) { return build(dir, "librccl.so.1", "-DSTUB_RCCL") }
+
+// RCCLPrefix is how the hex form of an ID made by the RCCL stand-in begins ("RCCL").
+const RCCLPrefix = "5243434c"
+
+func build(dir, soname string, flags ...string) (string, error) {
+	out := filepath.Join(dir, soname)
 	cc := os.Getenv("CC")
 	if cc == "" {
 		cc = "cc"
 	}
-	cmd := exec.Command(cc, "-Wall", "-Wextra", "-Werror", "-O2", "-shared", "-fPIC",
-		"-Wl,-soname,libnccl.so.2", "-o", out, source())
+	args := append([]string{"-Wall", "-Wextra", "-Werror", "-O2", "-shared", "-fPIC"}, flags...)
+	cmd := exec.Command(cc, append(args, "-Wl,-soname,"+soname, "-o", out, source())...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("stubnccl: %s: %v\n%s", cmd, err, b)
 	}

@@ -39,6 +39,8 @@
  *   gpu         init, print "GPU rank rc cuda_device gpu_uuid pci_bus_id CUDA_VISIBLE_DEVICES | message"
  *               whatever init returned, then gpuhelper_finalize (also after a failed init) and
  *               "FIN rank rc seconds"
+ * With GHTEST_PRELOAD=PATH set, every mode first dlopens PATH with RTLD_LOCAL, as Python and
+ * PyTorch load NCCL/RCCL: loaded, but invisible to dlsym(RTLD_DEFAULT).
  * Lines start with a tag (INFO, SCAL, NODE, COLOR, TIME, OK, FAIL) and the rank. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -774,6 +776,11 @@ int main(int argc, char **argv)
     }
     const char *m = argv[1];
     int arg = argc > 2 ? atoi(argv[2]) : 0;
+    const char *pre = getenv("GHTEST_PRELOAD");
+    if (pre != NULL && *pre != '\0' && dlopen(pre, RTLD_NOW | RTLD_LOCAL) == NULL) {
+        printf("FAIL %d GHTEST_PRELOAD: dlopen(%s): %s\n", env_rank(), pre, dlerror());
+        return 1;
+    }
     if (strcmp(m, "info") == 0)
         return mode_info(arg);
     if (strcmp(m, "die0") == 0)

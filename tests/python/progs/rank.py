@@ -32,6 +32,11 @@ def mode_info() -> None:
 
 
 def mode_ncclid() -> None:
+    pre = os.environ.get("RANKPY_PRELOAD")
+    if pre:
+        # As a Python extension (torch) loads NCCL/RCCL: RTLD_LOCAL, invisible to dlsym(RTLD_DEFAULT).
+        import ctypes
+        ctypes.CDLL(pre, mode=os.RTLD_LOCAL | os.RTLD_NOW)
     i = gpubind.init()
     say(i.rank, "INITID", "none" if i.nccl_id is None else i.nccl_id.hex())
     gpubind.barrier()  # every rank is past init before rank 0 makes the ID

@@ -5,7 +5,12 @@
  * the same bytes (ADDR, zero-padded), as real NCCL does: it then puts that fixed address in the
  * ID instead of a fresh listener's. ncclGetVersion reports STUBNCCL_VERSION (default 21805,
  * NCCL 2.18.5). Build:
- *   cc -shared -fPIC -Wl,-soname,libnccl.so.2 -o libnccl.so.2 stubnccl.c */
+ *   cc -shared -fPIC -Wl,-soname,libnccl.so.2 -o libnccl.so.2 stubnccl.c
+ * With -DSTUB_RCCL it is a stand-in librccl.so.1 (RCCL: the same symbols, its own name) whose
+ * random IDs begin with the 4 bytes "RCCL" (52 43 43 4c), so that a test can tell which library
+ * made an ID, and whose ncclGetVersion defaults to 22203 (the NCCL version RCCL 2.22.3
+ * follows):
+ *   cc -DSTUB_RCCL -shared -fPIC -Wl,-soname,librccl.so.1 -o librccl.so.1 stubnccl.c */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +21,11 @@
 #include <unistd.h>
 
 #define ID_BYTES 128
+#ifdef STUB_RCCL
+#define STUB_VERSION 22203
+#else
+#define STUB_VERSION 21805
+#endif
 
 static const char *rank_env(void)
 {
@@ -57,6 +67,10 @@ __attribute__((visibility("default"))) int ncclGetUniqueId(void *id)
         strncpy((char *)buf, fixed, sizeof(buf) - 1);
     } else if (random_fill(buf, sizeof(buf)) != 0) {
         return 2; /* ncclSystemError */
+    } else {
+#ifdef STUB_RCCL
+        memcpy(buf, "RCCL", 4);
+#endif
     }
     memcpy(id, buf, sizeof(buf));
     const char *log = getenv("STUBNCCL_LOG");
@@ -90,6 +104,6 @@ __attribute__((visibility("default"))) int ncclGetVersion(int *version)
     const char *v = getenv("STUBNCCL_VERSION");
     if (version == NULL)
         return 4; /* ncclInvalidArgument */
-    *version = v != NULL && *v != '\0' ? atoi(v) : 21805;
+    *version = v != NULL && *v != '\0' ? atoi(v) : STUB_VERSION;
     return 0;
 }
