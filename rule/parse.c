@@ -123,6 +123,26 @@ static int check_ids(const int *ids, int n, int ngpus)
 }
 
 /*
+ * The first GPU id that ids (all in 0..ngpus-1, check_ids) names twice, -1
+ * for none, or -2 out of memory. The fallback order names each step GPU
+ * once: the numa rule counts its units from it into arrays sized by the
+ * GPUs (index_units).
+ */
+static int repeated_id(const int *ids, int n, int ngpus)
+{
+	unsigned char *seen = calloc((size_t) ngpus + 1, 1);
+	int bad = -1;
+
+	if (!seen)
+		return -2;
+	for (int i = 0; i < n && bad == -1; i++)
+		if (seen[ids[i]]++)
+			bad = ids[i];
+	free(seen);
+	return bad;
+}
+
+/*
  * Scratch for the task child, which must not allocate: can_open for
  * gb_result_restrict, unit_used for the numa rule, and unit_at, the unit
  * whose first GPU is each GPU (-1 for none).
@@ -656,6 +676,7 @@ static void derive_rails(struct gb_table *t)
 static int validate(struct parser *ps)
 {
 	struct gb_table *t = ps->t;
+	int bad;
 
 	if (!ps->ended) {
 		(void) gb_errf(ps->err, ps->errlen, 0,
@@ -680,9 +701,19 @@ static int validate(struct parser *ps)
 			       "plan: fallback names a GPU without gpu line");
 		return -1;
 	}
+	bad = repeated_id(t->fallback, t->nfallback, t->ngpus);
+	if (bad == -2) {
+		(void) gb_errf(ps->err, ps->errlen, 0,
+			       "out of memory while reading the plan");
+		return -1;
+	}
+	if (bad >= 0) {
+		(void) gb_errf(ps->err, ps->errlen, 0,
+			       "plan: fallback names GPU %d twice (expected each step GPU once)",
+			       bad);
+		return -1;
+	}
 	for (int i = 0; i < t->ntasks; i++) {
-		int bad;
-
 		if (!t->tasks[i].seen) {
 			(void) gb_errf(ps->err, ps->errlen, 0,
 				       "plan has no line for task %d of %d", i, t->ntasks);

@@ -319,3 +319,30 @@ func TestOldModeLineAccepted(t *testing.T) {
 		t.Error("mode maybe: accepted")
 	}
 }
+
+// The launcher writes the table as the job's user, so slurmstepd's parser must bound what the
+// rule later indexes. A fallback line that names a GPU twice made the numa rule count more GPU
+// units than the table has GPUs, and clear that many ints of an array sized by the GPUs: a
+// heap overflow in slurmstepd that the fuzz target found (ASan). Such a table is malformed.
+func TestFallbackNamesEachGPUOnce(t *testing.T) {
+	table := func(fallback string) string {
+		lines := []string{"gpubind-plan 1", "status ok", "flags -", "rule numa", "share 1", "per_task 1",
+			"ntasks 2", "numa 0 0", "gpu 0 0 0 0 0000:1b:00.0 GPU-aaaa 0 -", "numagpus 0 0",
+			"fallback " + fallback, "task 0 0 -", "task 1 0 -"}
+		return strings.Join(lines, "\n") + fmt.Sprintf("\nend %d\n", len(lines))
+	}
+	rt, err := rule.Parse(table("0"))
+	if err != nil {
+		t.Fatalf("fallback 0: %v", err)
+	}
+	rt.Close()
+	for _, fb := range []string{"0,0", "0,0,0,0,0,0,0,0"} {
+		rt, err := rule.Parse(table(fb))
+		if err == nil {
+			rt.Close()
+			t.Errorf("fallback %s: accepted", fb)
+		} else if !strings.Contains(err.Error(), "fallback names GPU 0 twice") {
+			t.Errorf("fallback %s: %v, want the error to name the GPU named twice", fb, err)
+		}
+	}
+}
