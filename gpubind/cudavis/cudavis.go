@@ -90,9 +90,8 @@ func Scan(root string, access func(path string) error) ([]GPU, error) {
 	return ScanDev(root, "", access)
 }
 
-// ScanDev is Scan with the device nodes in dev ("" is root/dev): a test cluster's fake GPUs
-// live in a directory of their own.
-func ScanDev(root, dev string, access func(path string) error) ([]GPU, error) {
+// scanDefaults fills in what a scan's caller left empty: root "/", dev root/dev, access Access.
+func scanDefaults(root, dev string, access func(path string) error) (string, string, func(path string) error) {
 	if root == "" {
 		root = "/"
 	}
@@ -102,6 +101,13 @@ func ScanDev(root, dev string, access func(path string) error) ([]GPU, error) {
 	if access == nil {
 		access = Access
 	}
+	return root, dev, access
+}
+
+// ScanDev is Scan with the device nodes in dev ("" is root/dev): a test cluster's fake GPUs
+// live in a directory of their own.
+func ScanDev(root, dev string, access func(path string) error) ([]GPU, error) {
+	root, dev, access = scanDefaults(root, dev, access)
 	dir := filepath.Join(root, "sys/bus/pci/devices")
 	procDir := filepath.Join(root, "proc/driver/nvidia/gpus")
 	listed, driverLoaded := names(procDir)

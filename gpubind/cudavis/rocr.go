@@ -34,15 +34,7 @@ const kfdNodes = "sys/devices/virtual/kfd/kfd/topology/nodes"
 // topology files answer EPERM: that GPU is not the process's anyway, but the library
 // cannot tell it from a broken tree, so it says so).
 func ScanAMD(root, dev string, access func(path string) error) ([]GPU, error) {
-	if root == "" {
-		root = "/"
-	}
-	if dev == "" {
-		dev = filepath.Join(root, "dev")
-	}
-	if access == nil {
-		access = Access
-	}
+	root, dev, access = scanDefaults(root, dev, access)
 	dir := filepath.Join(root, kfdNodes)
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {

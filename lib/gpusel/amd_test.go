@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/gpubind/gpubind/gpubind/cudavis"
@@ -30,7 +29,7 @@ var amdGPUs = []amdGPU{
 }
 
 // amdFixture writes a KFD topology (two CPU nodes, then amdGPUs) and render nodes (plain
-// files: fakeRender decides what access(2) says) under a fresh root.
+// files: denyNodes decides what access(2) says) under a fresh root.
 func amdFixture(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
@@ -49,25 +48,9 @@ func amdFixture(t *testing.T) string {
 	return root
 }
 
-// fakeRender makes access(2) deny (EPERM, as the device cgroup does) the listed render minors.
-func fakeRender(t *testing.T, denied ...int) {
-	t.Helper()
-	old := access
-	t.Cleanup(func() { access = old })
-	access = func(p string) error {
-		for _, m := range denied {
-			if filepath.Base(p) == fmt.Sprintf("renderD%d", m) {
-				return syscall.EPERM
-			}
-		}
-		_, err := os.Stat(p)
-		return err
-	}
-}
-
 func TestScanAMD(t *testing.T) {
 	root := amdFixture(t)
-	fakeRender(t)
+	denyNodes(t, "renderD%d")
 	gpus, err := cudavis.ScanAMD(root, "", access)
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +63,7 @@ func TestScanAMD(t *testing.T) {
 	}
 	// A render node the device cgroup denies, and one that is missing: ROCr skips both and
 	// numbers the rest from 0.
-	fakeRender(t, 129)
+	denyNodes(t, "renderD%d", 129)
 	must(t, os.Remove(filepath.Join(root, "dev/dri/renderD131")))
 	gpus, err = cudavis.ScanAMD(root, "", access)
 	if err != nil || buses(gpus) != "d1,c1,c9" {
@@ -103,7 +86,7 @@ func TestScanAMD(t *testing.T) {
 // in any case, and the first bad, unknown, ambiguous or repeated token ends the list.
 func TestROCRVisible(t *testing.T) {
 	root := amdFixture(t)
-	fakeRender(t)
+	denyNodes(t, "renderD%d")
 	gpus, err := cudavis.ScanAMD(root, "", access)
 	if err != nil || len(gpus) != 5 {
 		t.Fatalf("ScanAMD: %d GPUs, %v", len(gpus), err)
@@ -145,7 +128,7 @@ func TestROCRVisible(t *testing.T) {
 // CUDA_VISIBLE_DEVICES) relative to that; cuda_device is HIP's device number.
 func TestChooseAMD(t *testing.T) {
 	root := amdFixture(t)
-	fakeRender(t)
+	denyNodes(t, "renderD%d")
 	for _, c := range []struct {
 		name  string
 		env   map[string]string
@@ -181,7 +164,7 @@ func TestChooseAMD(t *testing.T) {
 	// Under ConstrainDevices the step's render nodes are the ones the task may open, and ROCr
 	// numbers those from 0: Slurm's ROCR_VISIBLE_DEVICES=1 is the second openable GPU.
 	t.Run("constrained", func(t *testing.T) {
-		fakeRender(t, 128, 130)
+		denyNodes(t, "renderD%d", 128, 130)
 		got, err := Choose(Input{LookupEnv: env(map[string]string{"ROCR_VISIBLE_DEVICES": "1"}), Root: root})
 		if err != nil || got.BusID != "0000:c6:00.0" || got.CUDADevice != 0 {
 			t.Errorf("Choose = %+v, %v; want c6 (openable: d6, c6, c9)", got, err)
@@ -196,7 +179,7 @@ func TestChooseNVIDIABesideAMD(t *testing.T) {
 	root := fixture(t, map[string]string{"0000:1b:00.0": "GPU-1111", "0000:3b:00.0": "GPU-3333"})
 	amd := amdFixture(t)
 	must(t, os.Rename(filepath.Join(amd, "sys/devices"), filepath.Join(root, "sys/devices")))
-	fakeRender(t)
+	denyNodes(t, "renderD%d")
 	got, err := Choose(Input{LookupEnv: env(map[string]string{"ROCR_VISIBLE_DEVICES": "3", "CUDA_VISIBLE_DEVICES": "1"}), Root: root})
 	if err != nil || got.BusID != "0000:3b:00.0" || got.Vendor != vendorNVIDIA {
 		t.Errorf("Choose = %+v, %v; want the NVIDIA GPU 3b", got, err)

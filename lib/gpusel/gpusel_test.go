@@ -160,14 +160,15 @@ func usableFixture(t *testing.T) string {
 	return root
 }
 
-// fakeAccess makes access(2) deny (EPERM, as the device cgroup does) the listed minors.
-func fakeAccess(t *testing.T, denied ...int) {
+// denyNodes makes access(2) deny (EPERM, as the device cgroup does) the device nodes named by
+// node (a format: "nvidia%d", "renderD%d") with the listed minors.
+func denyNodes(t *testing.T, node string, denied ...int) {
 	t.Helper()
 	old := access
 	t.Cleanup(func() { access = old })
 	access = func(p string) error {
 		for _, m := range denied {
-			if filepath.Base(p) == fmt.Sprintf("nvidia%d", m) {
+			if filepath.Base(p) == fmt.Sprintf(node, m) {
 				return syscall.EPERM
 			}
 		}
@@ -219,7 +220,7 @@ func TestScanUsable(t *testing.T) {
 			if c.setup != nil {
 				c.setup(root)
 			}
-			fakeAccess(t, c.denied...)
+			denyNodes(t, "nvidia%d", c.denied...)
 			gpus, err := Scan(root)
 			if err != nil || buses(gpus) != c.want {
 				t.Fatalf("Scan = %s, %v; want %s", buses(gpus), err, c.want)
@@ -232,7 +233,7 @@ func TestScanUsable(t *testing.T) {
 // owning 8a and b1 means 8a and b1 (the library said 1b and 3d before).
 func TestChooseConstrained(t *testing.T) {
 	root := usableFixture(t)
-	fakeAccess(t, 0, 2)
+	denyNodes(t, "nvidia%d", 0, 2)
 	for lrank, want := range []string{"0000:8a:00.0", "0000:b1:00.0", "0000:8a:00.0"} {
 		got, err := Choose(Input{Root: root, LocalRank: lrank, LookupEnv: env(map[string]string{"CUDA_VISIBLE_DEVICES": "0,1"})})
 		if err != nil || got.BusID != want || got.CUDADevice != lrank%2 || got.Visible != 2 || got.UUID != "GPU-"+want[5:7] {
@@ -251,7 +252,7 @@ func TestChooseConstrained(t *testing.T) {
 // rank by local rank; GPUBIND_CUDA_DEVICES still says which entry is the task's (visible=localid).
 func TestChooseUUIDList(t *testing.T) {
 	root := usableFixture(t)
-	fakeAccess(t)
+	denyNodes(t, "nvidia%d")
 	for lrank, want := range []string{"0000:b1:00.0", "0000:1b:00.0", "0000:8a:00.0", "0000:b1:00.0"} {
 		got, err := Choose(Input{Root: root, LocalRank: lrank, LookupEnv: env(map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-b1,GPU-1b,GPU-8a"})})
 		if err != nil || got.BusID != want || got.CUDADevice != lrank%3 || got.Visible != 3 || got.UUID != "GPU-"+want[5:7] {
@@ -345,7 +346,7 @@ func bigTree(tb testing.TB) string {
 // The driver's lists give the same GPUs as the walk over every PCI device.
 func TestScanDriverLists(t *testing.T) {
 	root := bigTree(t)
-	fakeAccess(t)
+	denyNodes(t, "nvidia%d")
 	got, err := Scan(root)
 	if err != nil || len(got) != 8 || got[0].BusID != "0000:10:00.0" || got[0].UUID != "GPU-0" || got[7].Minor != 7 {
 		t.Fatalf("Scan = %+v, %v; want the 8 GPUs bound to nvidia", got, err)

@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -92,8 +91,6 @@ func libDirs(t *testing.T) map[string]string {
 	return dirs
 }
 
-var amdAccessRe = regexp.MustCompile(`(?m)^ACCESS (\d+) (\S+) (\S+)$`)
-
 // TestRCCL: libgpuhelper on an AMD node, under a real Slurm PMIx server (srun --mpi=pmix) with
 // task/cgroup, ConstrainDevices and fake render nodes listed in gres.conf (NUMA order, as in
 // tests/plugin TestAMDFrontier), GPUs found through the frontier-2cpu fixture's KFD topology,
@@ -149,7 +146,7 @@ func TestRCCL(t *testing.T) {
 		if got := strings.HasPrefix(infos[0].id, stubnccl.RCCLPrefix); got != rccl {
 			t.Errorf("world ID %.16s...: made by RCCL %v, want %v", infos[0].id, got, rccl)
 		}
-		acc := amdAccessRe.FindAllStringSubmatch(out, -1)
+		acc := accessRe.FindAllStringSubmatch(out, -1)
 		if len(acc) != 4 {
 			t.Fatalf("%d ACCESS lines, want 4:\n%s", len(acc), out)
 		}
