@@ -37,7 +37,11 @@ endif
 # cached (SLURM_CACHE_DIR, default /var/cache/gpubind/slurm).
 SLURM_MATRIX ?= system 24.11.7 26.05.3
 INTEGRATION_PKGS := ./tests/cluster/... ./tests/plugin/... ./tests/cgroup/... ./tests/helper/... ./tests/sitedefault/... \
-                    ./tests/python/...
+                    ./tests/python/... ./tests/containers/...
+# The container tests (tests/containers: pyxis 0.24 and enroot, built for each Slurm of the
+# matrix by tests/containers/build.sh) need CONTAINERS_SRC_DIR, the folder of the runtimes'
+# source tarballs; without it they skip, and .ci/run fails on that skip.
+export CONTAINERS_SRC_DIR
 GO_LDFLAGS   := -X github.com/gpubind/gpubind/gpubind.Version=$(VERSION)
 GOTESTFLAGS  ?=
 # Every go test run of `make test` goes through tests/testreport: the terminal shows what a
