@@ -33,8 +33,8 @@ SLURM_PLUGINDIR ?= $(shell scontrol show config 2>/dev/null | awk '$$1=="PluginD
                      dirname $$(ls /usr/lib/*/slurm-wlm/spank*.so /usr/lib*/slurm/*.so 2>/dev/null | head -1) 2>/dev/null)
 endif
 # The version matrix `make test` runs the integration tests on: "system" is the Slurm in PATH
-# (Debian 12's 22.05), the others are built from ../shared/slurm by tests/slurm/build.sh and
-# cached (SLURM_CACHE_DIR, default /var/cache/gpubind/slurm).
+# (Debian 12's 22.05), the others are built by tests/slurm/build.sh from the tarballs in
+# SLURM_SRC_DIR and cached (SLURM_CACHE_DIR, default /var/cache/gpubind/slurm).
 SLURM_MATRIX ?= system 24.11.7 26.05.3
 INTEGRATION_PKGS := ./tests/cluster/... ./tests/plugin/... ./tests/cgroup/... ./tests/helper/... ./tests/sitedefault/... \
                     ./tests/python/...
