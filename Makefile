@@ -66,8 +66,8 @@ DEB_PACKAGES := slurmctld slurmd slurm-client libslurm-dev munge libpmix-dev ope
                 python3 python3-torch python3-pytest \
                 clang-14 libclang-rt-14-dev
 
-.PHONY: all deps build test fuzz slurm-matrix check-slurm-version test-unit test-integration demo bench bench-scale install uninstall clean \
-        engine plugin helper cli fmt vet
+.PHONY: all deps build test fuzz slurm-matrix check-slurm-version demo bench bench-scale install clean \
+        engine plugin helper cli fmt lint
 
 all: build
 
@@ -125,7 +125,7 @@ fuzz:
 # other Slurm of SLURM_MATRIX (built on first use, about 4 minutes each on 2 cores, then cached).
 # First the fuzz targets, TEST_FUZZTIME seconds each, side by side (under a minute on 2 CPUs).
 test: deps build
-	$(GO) vet ./...
+	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME) FUZZ_TARGETS=
 	$(GO) build -o $(BUILD)/testreport ./tests/testreport/cmd/testreport
 	@rm -rf $(TEST_REPORT) && mkdir -p $(TEST_REPORT)
@@ -143,6 +143,15 @@ slurm-matrix:
 
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')
+
+# gofmt, go vet and staticcheck (the version pinned here, fetched through the Go module proxy
+# on first use): `make test` fails on any finding.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "lint: not formatted by gofmt (make fmt):" $$unformatted; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
 
 # ---- demo / bench ---------------------------------------------------------------------------
 demo: deps build
