@@ -274,3 +274,32 @@ int gb_result_logline(const struct gb_table *t, const struct gb_result *r,
 	}
 	return b.bad ? -1 : 0;
 }
+
+int gb_step_container_gpus(const struct gb_table *t, char *buf, size_t len)
+{
+	struct sbuf b = { buf, len, 0, 0 };
+
+	if (!len)
+		return -1;
+	buf[0] = '\0';
+	if (t->amd) {
+		(void) snprintf(buf, len, "the GPUs are AMD's (NVIDIA_VISIBLE_DEVICES is NVIDIA's)");
+		return -1;
+	}
+	for (int i = 0; i < t->ngpus; i++) {
+		const struct gb_gpu *g = &t->gpus[i];
+
+		if (!g->uuid[0]) {
+			(void) snprintf(buf, len, "the UUID of GPU %d (%s) is unknown",
+					g->nvml, g->busid[0] ? g->busid : "bus id unknown");
+			return -1;
+		}
+		sb_add(&b, "%s%s", i ? "," : "", g->uuid);
+	}
+	if (b.bad) {
+		(void) snprintf(buf, len, "the step's %d UUIDs are longer than %zu bytes",
+				t->ngpus, len - 1);
+		return -1;
+	}
+	return 0;
+}

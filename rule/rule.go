@@ -179,6 +179,16 @@ func (t *Table) devMinors(ids []int) ([]int, error) {
 	return m, nil
 }
 
+// ContainerGPUs is gb_step_container_gpus: NVIDIA_VISIBLE_DEVICES for a container runtime,
+// the UUIDs of every step GPU of the table, or an error saying why there is none.
+func (t *Table) ContainerGPUs() (string, error) {
+	var buf [16384]C.char
+	if C.gb_step_container_gpus(t.c, &buf[0], C.size_t(len(buf))) != 0 {
+		return "", errors.New(C.GoString(&buf[0]))
+	}
+	return C.GoString(&buf[0]), nil
+}
+
 // NTasks is the number of local tasks the table plans for.
 func (t *Table) NTasks() int { return int(t.c.ntasks) }
 

@@ -351,4 +351,13 @@ int gb_result_env(const struct gb_table *t, const struct gb_result *r,
 int gb_result_logline(const struct gb_table *t, const struct gb_result *r,
 		      int lid, long rank, char *buf, size_t len);
 
+/*
+ * Step-wide output for container runtimes (plugstack containers=yes,
+ * docs/containers.md): the UUIDs of every GPU of the step on this node, in
+ * table order, comma-separated, the value of NVIDIA_VISIBLE_DEVICES. 0, or
+ * -1 with buf holding why: a GPU without a UUID (named by its NVML index
+ * and bus id), AMD GPUs, or buf too small.
+ */
+int gb_step_container_gpus(const struct gb_table *t, char *buf, size_t len);
+
 #endif

@@ -50,6 +50,17 @@ static int add_list(char *list, size_t len, const char *item)
 	return (n < 0 || (size_t) n >= len - l) ? -1 : 0;
 }
 
+/* Whether the comma list holds item. */
+static int list_has(const char *list, const char *item)
+{
+	size_t n = strlen(item);
+
+	for (const char *p = list; *p; p += strcspn(p, ","), p += *p == ',')
+		if (!strncmp(p, item, n) && (p[n] == ',' || !p[n]))
+			return 1;
+	return 0;
+}
+
 static int set_tristate(struct gb_config *c, const char *key, const char *val,
 			char *err, size_t errlen)
 {
@@ -89,7 +100,7 @@ static int set_number(int *dst, const char *key, const char *val, long lo,
 static const struct key {
 	const char *name;
 	enum { K_STRING, K_PATH, K_MODE, K_DEFAULT_MODE, K_SOURCE, K_TIMEOUT,
-	       K_FLAG, K_PLAN_CACHE, K_NICS } kind;
+	       K_FLAG, K_PLAN_CACHE, K_NICS, K_CONTAINERS } kind;
 	size_t off, len;    /* K_STRING, K_PATH: the field of struct gb_config */
 } keys[] = {
 	{ "default", K_STRING, STR_FIELD(default_opt) },
@@ -105,8 +116,10 @@ static const struct key {
 	{ "timeout", K_TIMEOUT, 0, 0 },
 	{ "isolate", K_FLAG, 0, 0 },    /* flags the admin may force or forbid */
 	{ "cpus", K_FLAG, 0, 0 },
+	{ "uuid", K_FLAG, 0, 0 },
 	{ "plan_cache", K_PLAN_CACHE, 0, 0 },
 	{ "nics", K_NICS, STR_FIELD(nics) },
+	{ "containers", K_CONTAINERS, 0, 0 },
 };
 
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
@@ -151,6 +164,13 @@ static int set_key(struct gb_config *c, const struct key *k, const char *val,
 				  err, errlen);
 	case K_FLAG:
 		return set_tristate(c, k->name, val, err, errlen);
+	case K_CONTAINERS:
+		if (strcmp(val, "yes") && strcmp(val, "no"))
+			return gb_errf(err, errlen, -1,
+				       "plugstack argument containers=%s: expected yes (a container plugin such as pyxis is configured) or no",
+				       val);
+		c->containers = !strcmp(val, "yes");
+		return 0;
 	case K_NICS:
 		/* RDMA device names, comma separated: mlx5_0,mlx5_3 */
 		if (!*val || val[0] == ',' || val[strlen(val) - 1] == ',' ||
@@ -210,6 +230,12 @@ static int config_parse(int ac, char **av, struct gb_config *c, char *err,
 		if (set_key(c, k, strchr(av[i], '=') + 1, err, errlen))
 			return -1;
 	}
+	/* containers=yes forces uuid (a container may number the GPUs anew),
+	 * unless the admin forbids it or forces it already. */
+	if (c->containers && !list_has(c->never, "uuid") &&
+	    !list_has(c->force, "uuid") &&
+	    add_list(c->force, sizeof(c->force), "uuid"))
+		return gb_errf(err, errlen, -1, "plugstack: the force list is too long");
 	if (!strcmp(c->source, "snapshot") && !c->snapshot[0])
 		return gb_errf(err, errlen, -1,
 			       "plugstack argument source=snapshot needs snapshot=FILE");

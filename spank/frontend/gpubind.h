@@ -56,10 +56,16 @@ struct gb_config {
 	char cache_dir[1024];
 	char gres_conf[1024];
 	int timeout_ms;
-	char force[64];          /* comma list: isolate,cpus */
+	char force[64];          /* comma list: isolate,cpus,uuid */
 	char never[64];
 	char nics[256];          /* nics=: the admin's rails, comma list, "" none */
 	int plan_cache;          /* plan cache entries kept (plancache.c); 0 = off */
+	/*
+	 * containers=yes: a container plugin (pyxis) is configured. The step's
+	 * GPUs go into NVIDIA_VISIBLE_DEVICES by UUID before any task exists,
+	 * and uuid is forced unless uuid=never (docs/containers.md).
+	 */
+	int containers;
 };
 
 /*

@@ -599,6 +599,40 @@ static int step_option(spank_t sp, char *option, size_t len)
 	return rc;   /* 0 for off: no child, no environment change */
 }
 
+/*
+ * containers=yes: NVIDIA_VISIBLE_DEVICES = every GPU of the step here, by
+ * UUID, in the step's environment before any task exists. pyxis builds one
+ * container per node from the environment of whichever task comes first,
+ * and enroot's nvidia hook mounts the GPUs this names, so every task's GPU
+ * is in it, in any plugstack order; the per-task choice stays in
+ * CUDA_VISIBLE_DEVICES (docs/containers.md). A value the job set stays.
+ * Without UUIDs nothing is set: a warning says why.
+ */
+static int set_container_gpus(spank_t sp)
+{
+	char list[GB_ENV_VALUE_MAX];
+	spank_err_t rc;
+
+	if (!gb_config()->containers)
+		return 0;
+	if (gb_step_container_gpus(&step.plan, list, sizeof(list))) {
+		gb_error("warning: containers=yes: NVIDIA_VISIBLE_DEVICES not set: %s",
+			 list);
+		return 0;
+	}
+	rc = spank_setenv(sp, "NVIDIA_VISIBLE_DEVICES", list, 0);
+	if (rc == ESPANK_ENV_EXISTS) {
+		gb_verbose("NVIDIA_VISIBLE_DEVICES is the job's own; kept");
+		return 0;
+	}
+	if (rc != ESPANK_SUCCESS) {
+		gb_spank_error("spank_setenv", "NVIDIA_VISIBLE_DEVICES", rc);
+		return plan_failed("cannot set NVIDIA_VISIBLE_DEVICES for the step's container (containers=yes)");
+	}
+	gb_verbose("containers=yes: NVIDIA_VISIBLE_DEVICES=%s", list);
+	return 0;
+}
+
 int gb_stepd_init_post_opt(spank_t sp)
 {
 	char option[1024];
@@ -611,6 +645,8 @@ int gb_stepd_init_post_opt(spank_t sp)
 	if (info)
 		return plan_failed("cannot read the step from Slurm");
 	if (plan_step(sp, option) || !step.plan_active)
+		return 0;
+	if (set_container_gpus(sp))
 		return 0;
 	/* isolate/cpus: per-task cgroups (cgroup_stepd.c). */
 	return gb_stepcg_prepare(step.job_id, step.step_id, &step.plan);

@@ -12,6 +12,7 @@ package containers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -257,16 +258,17 @@ func setPlugStack(t *testing.T, c *cluster.Cluster, lines ...string) {
 // tells all: ids, CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, the plugin's bus ids, which of
 // the device nodes given as arguments it can open for reading and writing, whether it runs in
 // a test image, its real uid (/proc: images need no id), and its devices cgroup (v1 "devices" line, else the v2 "0::" line).
-// Then, when $GPUBIND_WHEREAMI names a program, its output (one JSON line) prefixed "W rank ".
+// Then, when $GPUBIND_WHEREAMI holds a command (whereamiCmd), its output on one line prefixed
+// "W rank " (shell only: images have no tr).
 const taskScript = `for d in "$@"; do if [ -r "$d" ] && [ -w "$d" ]; then o="$o${o:+,}${d##*/}"; fi; done
 dcg= ucg=; while IFS= read -r l; do case $l in *:devices:*) dcg=${l#*:devices:};; 0::*) ucg=${l#0::};; esac; done </proc/self/cgroup
 uid=-; while read -r k v _; do if [ "$k" = Uid: ]; then uid=$v; fi; done </proc/self/status
 echo "T $SLURM_LOCALID $SLURM_PROCID ${CUDA_VISIBLE_DEVICES:--} ${NVIDIA_VISIBLE_DEVICES:--} ${GPUBIND_PCI_BUS_IDS:--} ${o:--} $(test -e /etc/gpubind-test-image && echo inside || echo outside) $uid ${dcg:-${ucg:--}}"
-if [ -n "$GPUBIND_WHEREAMI" ]; then echo "W $SLURM_PROCID $("$GPUBIND_WHEREAMI" whereami --json 2>&1 | tr '\n' ' ')"; fi`
+if [ -n "$GPUBIND_WHEREAMI" ]; then set -f; w=$($GPUBIND_WHEREAMI 2>&1); echo "W $SLURM_PROCID" $w; fi`
 
 var (
 	taskRe  = regexp.MustCompile(`^T (\d+) (\d+) (\S+) (\S+) (\S+) (\S+) (inside|outside) (\S+) (\S+)$`)
-	whereRe = regexp.MustCompile(`^W (\d+) (.*)$`)
+	whereRe = regexp.MustCompile(`^W (\d+)(.*)$`)
 )
 
 // task is what one task printed (taskScript).
@@ -277,14 +279,15 @@ type task struct {
 	Bus         string // GPUBIND_PCI_BUS_IDS
 	Openable    string // device nodes it may open ("nvidia0,nvidia3"), "-" none
 	Where       string // inside or outside a test image
-	UID         string // id -u, "-" where it failed
+	UID         string // real uid
 	Cgroup      string // devices cgroup path (v1) or the cgroup (v2)
-	Whereami    string // gpubind whereami --json, when asked
+	CUDA        string // the bus ids of the GPUs CUDA would use (whereami), when asked
+	Whereami    string // whereami's output
 }
 
 func (k task) String() string {
-	return fmt.Sprintf("task %d (local %d, %s, uid %s): CUDA_VISIBLE_DEVICES=%s NVIDIA_VISIBLE_DEVICES=%s bus %s opens %s cgroup %s",
-		k.Rank, k.Local, k.Where, k.UID, k.Visible, k.NVVisible, k.Bus, k.Openable, k.Cgroup)
+	return fmt.Sprintf("task %d (local %d, %s, uid %s): CUDA_VISIBLE_DEVICES=%s NVIDIA_VISIBLE_DEVICES=%s bus %s opens %s cgroup %s CUDA uses %s",
+		k.Rank, k.Local, k.Where, k.UID, k.Visible, k.NVVisible, k.Bus, k.Openable, k.Cgroup, k.CUDA)
 }
 
 // step is one srun: its options (before the command), the user it is submitted as ("" root)
@@ -331,7 +334,10 @@ func runTasks(t *testing.T, c *cluster.Cluster, s step) ([]task, string, error) 
 			Openable: m[6], Where: m[7], UID: m[8], Cgroup: m[9]})
 	}
 	for i := range tasks {
-		tasks[i].Whereami = where[tasks[i].Rank]
+		if w, ok := where[tasks[i].Rank]; ok {
+			tasks[i].Whereami = w
+			tasks[i].CUDA = cudaBus(w)
+		}
 	}
 	sort.Slice(tasks, func(i, j int) bool { return tasks[i].Rank < tasks[j].Rank })
 	if err != nil {
@@ -365,7 +371,7 @@ func srun(ctx context.Context, c *cluster.Cluster, user string, env, args []stri
 
 // sameTasks fails t unless inside holds, task by task, what outside holds, apart from where
 // they ran (outside must be outside the image, inside inside it) and the fields ignore names
-// ("UID", "Cgroup", "NVVisible", "Whereami").
+// ("UID", "Cgroup", "NVVisible", "CUDA").
 func sameTasks(t *testing.T, n int, outside, inside []task, ignore ...string) {
 	t.Helper()
 	if len(outside) != n || len(inside) != n {
@@ -378,6 +384,7 @@ func sameTasks(t *testing.T, n int, outside, inside []task, ignore ...string) {
 			t.Fatalf("task %d ran %s and %s, want outside and inside the image", i, o.Where, in.Where)
 		}
 		o.Where, in.Where = "", ""
+		o.Whereami, in.Whereami = "", "" // compared through CUDA
 		for _, f := range ignore {
 			switch f {
 			case "UID":
@@ -386,8 +393,8 @@ func sameTasks(t *testing.T, n int, outside, inside []task, ignore ...string) {
 				o.Cgroup, in.Cgroup = "", ""
 			case "NVVisible":
 				o.NVVisible, in.NVVisible = "", ""
-			case "Whereami":
-				o.Whereami, in.Whereami = "", ""
+			case "CUDA":
+				o.CUDA, in.CUDA = "", ""
 			default:
 				t.Fatalf("sameTasks: no field %q to ignore", f)
 			}
@@ -435,4 +442,48 @@ func stepCgroups(t *testing.T, outside, inside []task) {
 			ks[i].Cgroup = gpubindCgroupRe.ReplaceAllString(ks[i].Cgroup, "gpubind_t$1")
 		}
 	}
+}
+
+// whereamiCmd is the value of GPUBIND_WHEREAMI that makes taskScript run `gpubind whereami
+// --json` on the fixture machine with the cluster's fake nodes: which GPUs CUDA would use,
+// numbering CUDA_VISIBLE_DEVICES by the nodes the task can open where it runs (inside a
+// container: those in its mount namespace). bin is where gpubindBinary put gpubind.
+func whereamiCmd(bin string, c *cluster.Cluster) string {
+	return filepath.Join(bin, "gpubind") + " whereami --json --root " + fixtureRoot() + " --dev " + c.DevDir
+}
+
+var gpubindBuilt once
+
+// gpubindBinary builds cmd/gpubind once per package run into a directory anyone may read
+// and returns that directory (a container mounts it at the same path).
+func gpubindBinary(t *testing.T) string {
+	t.Helper()
+	return gpubindBuilt.get(t, func() (string, error) {
+		dir := filepath.Join(pkgDir, "bin")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return "", err
+		}
+		return dir, testbuild.Run(repo(), []string{"go", "build", "-trimpath", "-o", filepath.Join(dir, "gpubind"), "./cmd/gpubind"})
+	})
+}
+
+// cudaBus is the comma-separated bus ids of the GPUs whereami's JSON lists ("-" none), or
+// "?" and the output when it is no such JSON.
+func cudaBus(out string) string {
+	var w struct {
+		GPUs []struct {
+			Bus string `json:"pci_bus_id"`
+		} `json:"gpus"`
+	}
+	if err := json.Unmarshal([]byte(out), &w); err != nil {
+		return "?(" + out + ")"
+	}
+	var b []string
+	for _, g := range w.GPUs {
+		b = append(b, g.Bus)
+	}
+	if len(b) == 0 {
+		return "-"
+	}
+	return strings.Join(b, ",")
 }
