@@ -1,7 +1,7 @@
 # Section 6 of tests/gpu/slurm.sh (sourced there; uses its srun, $bundle, $work, $cfg, $out,
 # $gpu_bus, $gpu_uuid, $work/cudaprobe, $B, pass, fail, check): Slurm's OCI containers
 # (srun --container=BUNDLE, oci.conf beside slurm.conf) with the runc that slurm-bundle.sh
-# carries (.gpu/oci/runc, static). GPU_SKIP_CONTAINERS=1 leaves it out.
+# carries (.gpu/oci/runc.gz, static). GPU_SKIP_CONTAINERS=1 leaves it out.
 #
 #  6a. what the machine allows: user namespaces, /dev/fuse, overlayfs, cgroup v2 and its
 #      delegation (reported as PROBE: lines; only what the section needs is a check)
@@ -22,7 +22,11 @@ section "6. Slurm OCI containers (srun --container) with the carried runc"
 oci=$work/oci
 mkdir -p "$oci"
 chmod 755 "$oci"
-runc=${GPU_OCI_RUNC:-$bundle/oci/runc}
+# The carried runc is compressed (slurm-bundle.sh); GPU_OCI_RUNC names another.
+runc=${GPU_OCI_RUNC:-$oci/runc}
+if [[ -z ${GPU_OCI_RUNC:-} ]]; then
+	gzip -dc "$bundle/oci/runc.gz" >"$runc" && chmod 755 "$runc" || fail "oci: cannot unpack $bundle/oci/runc.gz"
+fi
 
 # ---- 6a. what the machine allows
 echo "--- 6a. what this machine allows"
