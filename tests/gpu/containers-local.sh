@@ -46,6 +46,7 @@ GPU_OCI_DEVS="$dir/dev/nvidia*"
 GPU_OCI_DEVDIR=$dir/dev
 GPU_OCI_WHEREAMI="--root $fix"
 GPU_OCI_BINDS=$fix
+GPU_OCI_SLURMD_LOG=$dir/log/slurmd-node1.log
 # The task's GPU as the plugin gives it (the GPU machine takes it from nvidia-smi).
 line=$(srun -n1 --gpus=1 --gpu-bind-topo=closest,verbose true 2>&1 | grep -m1 'gpubind: task 0')
 read -r gpu_bus gpu_uuid <<<"$(sed -E 's/.* -> GPU [0-9]+ (\S+) (\S+) .*/\1 \2/' <<<"$line")"
