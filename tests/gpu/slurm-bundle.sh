@@ -44,6 +44,8 @@ rm -f "$out/build/gpubind_engine.h"
 go build -trimpath -ldflags "-s -w" -tags gpubind_launcher -o "$out/build/gpubind-launcher" ./spank/engine
 # The CLI and the helper from `make build` (build/), so that only .gpu/ needs to travel.
 cp build/gpubind build/libgpuhelper.so.1 build/nvmlcost "$out/build/"
+# Without their debug sections (about 6 MB): what travels is limited to 64 MiB.
+strip --strip-debug "$out/build/gpubind" "$out/build/libgpuhelper.so.1" "$out/build/nvmlcost"
 # The link name too, so that tests/gpu/run.sh can build against the bundle (BUILD=.gpu/build).
 ln -sf libgpuhelper.so.1 "$out/build/libgpuhelper.so"
 if [[ -n ${GPUBIND_OLD_REV:-} ]]; then
