@@ -28,6 +28,10 @@ type Topology struct {
 	NUMA    []NUMANode `json:"numa"`
 	// Backends lists the backends that contributed, in the order they ran.
 	Backends []string `json:"backends,omitempty"`
+	// Cores are the node's cores in Slurm's logical order (gres.conf Cores= numbers
+	// them), each core's CPUs (hardware threads); read on AMD nodes only (cores.go),
+	// nil elsewhere and when sysfs does not say.
+	Cores []CPUSet `json:"cores,omitempty"`
 }
 
 // GPU is one physical GPU.
@@ -45,6 +49,10 @@ type GPU struct {
 	// PCI function's drm/cardN/dev), which isolate denies to the step's other tasks;
 	// nil when unknown and on NVIDIA.
 	CardMinor *int `json:"card_minor,omitempty"`
+	// L3 is an AMD GPU's share of its NUMA node's L3 domains (cores.go, splitL3): the
+	// CPUs the cpus flag binds its tasks to when gres.conf gives it no Cores=; empty:
+	// its NUMA node's CPUs.
+	L3 CPUSet `json:"l3_cpus,omitzero"`
 	// MemoryNUMA are CPU-less NUMA nodes that hold the GPU's own memory (Grace: GH200,
 	// GB200), which NVML reports as the GPU's NUMA node; never used for CPU binding.
 	MemoryNUMA []int  `json:"memory_numa,omitempty"`

@@ -239,15 +239,23 @@ func planMap(p *planner) error {
 	return nil
 }
 
-// gpuCPUs is the CPU list of the NUMA nodes of the GPUs (their local CPUs when the
-// NUMA node is unknown).
+// gpuCPUs is the CPU list the cpus flag binds a task of these GPUs to: per GPU the
+// CPUs of its gres.conf Cores= (the admin's word), else its L3 share (AMD, GPU.L3), else
+// its NUMA node's CPUs (its local CPUs when the NUMA node is unknown). docs/admin.md
+// "AMD Instinct GPUs" says why Cores= comes first.
 func gpuCPUs(t *Topology, st *step, ids []int) CPUSet {
 	var s CPUSet
 	for _, id := range ids {
-		g := &t.GPUs[st.GPUs[id].Topo]
-		if c := t.NUMACPUs(g.NUMA); g.NUMA >= 0 && !c.IsEmpty() {
+		sg := &st.GPUs[id]
+		g := &t.GPUs[sg.Topo]
+		switch c := t.NUMACPUs(g.NUMA); {
+		case !sg.Cores.IsEmpty():
+			s = s.Union(sg.Cores)
+		case !g.L3.IsEmpty():
+			s = s.Union(g.L3)
+		case g.NUMA >= 0 && !c.IsEmpty():
 			s = s.Union(c)
-		} else {
+		default:
 			s = s.Union(g.CPUs)
 		}
 	}

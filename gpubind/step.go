@@ -46,6 +46,8 @@ type stepGPU struct {
 	Visible string     // value for the task's CUDA_VISIBLE_DEVICES
 	// Dev is the device node Slurm constrains for this GPU (gres.conf File=), "" unknown.
 	Dev string
+	// Cores are the CPUs of its gres.conf Cores= (AMD nodes), empty when none.
+	Cores CPUSet
 }
 
 // step is the resolved set of GPUs of a step.
@@ -362,6 +364,9 @@ func (r *stepResolver) collect() error {
 		sg := stepGPU{Topo: p.topo, MIG: p.mig, Gres: p.gres}
 		if p.gres >= 0 && p.gres < len(gm.Files) {
 			sg.Dev = gm.Files[p.gres]
+		}
+		if p.gres >= 0 && p.gres < len(gm.Cores) {
+			sg.Cores = gm.Cores[p.gres]
 		}
 		st.GPUs = append(st.GPUs, sg)
 	}

@@ -98,6 +98,9 @@ func DiscoverSysfs(root string) (*Topology, error) {
 		}
 		if len(topo.GPUs) > 0 {
 			topo.Driver = AMDDriverVersion(root)
+			ct := readCPUTopology(root, topo.NUMA)
+			topo.Cores = ct.cores
+			splitL3(topo, ct.l3)
 		}
 	}
 	if h, err := readTrim(rootPath(root, "proc", "sys", "kernel", "hostname")); err == nil {

@@ -162,3 +162,64 @@ func sortedInts(s []string) []string {
 	})
 	return out
 }
+
+// TestAMDCPUs: the cpus flag on an AMD node binds each task to its GCD's cores, not to
+// the whole NUMA node (issue 38 item 5). A real Slurm (task/cgroup+task/affinity,
+// proctrack/cgroup, ConstrainCores and ConstrainDevices) runs two tasks with
+// --cpu-bind=none (Slurm binds no CPUs, so the cpus flag applies) on GRES 0,1 = GCDs 4
+// and 5, both on NUMA 0. The plugin reads the frontier-l3-2cpu fixture: NUMA 0 is
+// CPUs 0-1, each CPU a core with an L3 of its own, as GCDs 4 and 5 have one CCD each on
+// a real node. Without Cores= in gres.conf the L3 split gives GCD 4 CPU 0 and GCD 5
+// CPU 1; with Cores= (Slurm's logical core numbers) the admin's word wins: here
+// swapped, GCD 4 Cores=1 and GCD 5 Cores=0. The node's gres.conf lists GCDs 4 and 5
+// only (Slurm's choice among GPUs with Cores= follows core affinity, and the test
+// must know which GCDs the step gets).
+func TestAMDCPUs(t *testing.T) {
+	line := plugLine(t, "root="+fixture("frontier-l3-2cpu"), "source=sysfs")
+	gresOrder := []int{4, 5}
+	for _, tc := range []struct {
+		name string
+		gres []string
+		want map[int]string // GCD -> the task's CPUs
+	}{
+		{"L3 split", nil, map[int]string{4: "0", 5: "1"}},
+		{"gres.conf Cores=", []string{"Cores=1", "Cores=0"}, map[int]string{4: "1", 5: "0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := cluster.Config{CPUs: 2, TaskPlugin: "task/cgroup,task/affinity", Proctrack: "proctrack/cgroup",
+				ConstrainDevices: true, AMD: true, GPUs: 2, GresOrder: gresOrder, PlugStack: []string{line}}
+			if tc.gres != nil {
+				for i, gcd := range gresOrder {
+					l := "Name=gpu File=@DEV@/renderD" + strconv.Itoa(128+gcd)
+					if i < len(tc.gres) {
+						l += " " + tc.gres[i]
+					}
+					cfg.GresConf = append(cfg.GresConf, l)
+				}
+			}
+			c := cluster.StartT(t, cfg)
+			script := `echo "C $SLURM_PROCID ${GPUBIND_GPUS:--} ${ROCR_VISIBLE_DEVICES:--} $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)"`
+			out, errOut, err := c.Srun(ctx(t), "-n2", "--gpus=2", "--cpu-bind=none", "--gpu-bind-topo=closest,cpus,verbose", "sh", "-c", script)
+			if err != nil {
+				t.Fatalf("srun: %v\n%s\n%s", err, out, errOut)
+			}
+			lines := regexp.MustCompile(`(?m)^C (\d+) (\S+) (\S+) (\S+)$`).FindAllStringSubmatch(out, -1)
+			if len(lines) != 2 {
+				t.Fatalf("%d task lines, want 2:\n%s\n%s", len(lines), out, errOut)
+			}
+			seen := map[int]bool{}
+			for _, m := range lines {
+				gcd, err := strconv.Atoi(m[2])
+				want, ok := tc.want[gcd]
+				if err != nil || !ok || seen[gcd] {
+					t.Errorf("task %s got GCD %s, want one of GCDs 4, 5 each once\n%s", m[1], m[2], errOut)
+					continue
+				}
+				seen[gcd] = true
+				if m[4] != want {
+					t.Errorf("task %s (GCD %d, ROCR_VISIBLE_DEVICES=%s) runs on CPUs %s, want %s (not NUMA 0's 0-1)\n%s", m[1], gcd, m[3], m[4], want, errOut)
+				}
+			}
+		})
+	}
+}
