@@ -182,15 +182,15 @@ func coresCPUs(t *Topology, val string) (CPUSet, error) {
 	v := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(val), "["), "]")
 	idx, err := ParseCPUList(v)
 	if err != nil || idx.IsEmpty() {
-		return CPUSet{}, fmt.Errorf("Cores=%s is not a list of core indices (0-7,16-23)", val)
+		return CPUSet{}, fmt.Errorf("gres.conf Cores=%s is not a list of core indices (0-7,16-23)", val)
 	}
 	if len(t.Cores) == 0 {
-		return CPUSet{}, fmt.Errorf("Cores=%s: the node's core list is unknown (no topology/core_cpus_list in sysfs, or a snapshot without cores)", val)
+		return CPUSet{}, fmt.Errorf("gres.conf Cores=%s: the node's core list is unknown (no topology/core_cpus_list in sysfs, or a snapshot without cores)", val)
 	}
 	var s CPUSet
 	for _, i := range idx.CPUs() {
 		if i >= len(t.Cores) {
-			return CPUSet{}, fmt.Errorf("Cores=%s: core %d, but the node has %d cores (0-%d, Slurm's logical core numbers)", val, i, len(t.Cores), len(t.Cores)-1)
+			return CPUSet{}, fmt.Errorf("gres.conf Cores=%s: core %d, but the node has %d cores (0-%d, Slurm's logical core numbers)", val, i, len(t.Cores), len(t.Cores)-1)
 		}
 		s = s.Union(t.Cores[i])
 	}
