@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // AMD Instinct GPUs from sysfs alone (no ROCm library): the KFD topology
@@ -53,13 +54,15 @@ type kfdNode struct {
 	props map[string]uint64
 	name  string
 	links []kfdLink
+	// hidden: its topology files answered EPERM (a GPU the device cgroup denies).
+	hidden bool
 }
 
 type kfdLink struct {
 	typ, to, weight int
 }
 
-func (n *kfdNode) isGPU() bool { return n.props["simd_count"] > 0 }
+func (n *kfdNode) isGPU() bool { return n.hidden || n.props["simd_count"] > 0 }
 
 // readKFDProperties parses a KFD "properties" file: one "name value" pair per line,
 // values unsigned decimal.
@@ -102,9 +105,15 @@ func readKFDNodes(root string) ([]kfdNode, error) {
 		}
 		nd := filepath.Join(dir, e.Name())
 		props, err := readKFDProperties(filepath.Join(nd, "properties"))
+		if errors.Is(err, syscall.EPERM) {
+			// KFD answers EPERM for the topology files of a GPU this process's
+			// device cgroup denies (kfd_topology.c, kfd_devcgroup_check_permission);
+			// CPU nodes never do. ROCr skips such a node (libhsakmt: EPERM on gpu_id
+			// is "node not supported"), and so does this: a hidden GPU node.
+			nodes = append(nodes, kfdNode{id: id, hidden: true})
+			continue
+		}
 		if err != nil {
-			// A GPU the device cgroup denies returns EPERM here: discover before
-			// restricting (the engine does). Say which file.
 			return nil, fmt.Errorf("KFD node %d: %w", id, err)
 		}
 		n := kfdNode{id: id, props: props}
@@ -146,16 +155,25 @@ func kfdBusID(root string, p map[string]uint64) (bus string, partition int) {
 // its PCI function's NUMA node, local CPUs and bridge chain, render minor, UUID, model
 // and XGMI weights to the other GPUs. numa are the node's NUMA nodes (a GPU whose PCI
 // NUMA node is unknown or has no CPUs takes the CPU node its KFD links weigh least).
-func discoverAMD(root string, numa []NUMANode) ([]GPU, error) {
+//
+// A GPU node whose topology KFD hides from this process (EPERM: its device cgroup denies
+// that GPU) is left out, as ROCr leaves it out, but still counts in the KFD order of the
+// others (Index stays the node's ROCr index); its node id goes into hidden.
+func discoverAMD(root string, numa []NUMANode) (gpus []GPU, hidden []int, err error) {
 	nodes, err := readKFDNodes(root)
 	if err != nil || len(nodes) == 0 {
-		return nil, err
+		return nil, nil, err
 	}
 	busOf := map[int]string{}
-	var gpus []GPU
 	seen := map[string]int{}
+	ordinal := -1 // the GPU's position among the KFD GPU nodes, hidden ones included
 	for _, n := range nodes {
 		if !n.isGPU() {
+			continue
+		}
+		ordinal++
+		if n.hidden {
+			hidden = append(hidden, n.id)
 			continue
 		}
 		p := n.props
@@ -168,11 +186,11 @@ func discoverAMD(root string, numa []NUMANode) ([]GPU, error) {
 			if dup {
 				what = fmt.Sprintf("KFD nodes %d and %d share the GPU at %s", prev, n.id, bus)
 			}
-			return nil, fmt.Errorf("%s: gpubind does not bind MI300 compute partitions (CPX/DPX/QPX) yet; use SPX mode on this node", what)
+			return nil, nil, fmt.Errorf("%s: gpubind does not bind MI300 compute partitions (CPX/DPX/QPX) yet; use SPX mode on this node", what)
 		}
 		seen[bus] = n.id
 		busOf[n.id] = bus
-		g := GPU{Index: len(gpus), Minor: -1, BusID: bus, NUMA: -1, Vendor: VendorAMD}
+		g := GPU{Index: ordinal, Minor: -1, BusID: bus, NUMA: -1, Vendor: VendorAMD}
 		for _, f := range []string{"pci_bus_id", "index", "numa", "minor", "uuid", "name", "xgmi"} {
 			g.setSource(f, BackendSysfs)
 		}
@@ -188,10 +206,10 @@ func discoverAMD(root string, numa []NUMANode) ([]GPU, error) {
 				g.NUMA = v
 			}
 		} else if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("KFD node %d names PCI device %s, which %s does not have", n.id, bus, rootPath(root, "sys", "bus", "pci", "devices"))
+			return nil, nil, fmt.Errorf("KFD node %d names PCI device %s, which %s does not have", n.id, bus, rootPath(root, "sys", "bus", "pci", "devices"))
 		}
 		if err := g.readPCIPlace(devDir); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		g.Name = amdModel(devDir, n.name, p["device_id"])
 		if near := nearestCPUNode(n, nodes, numa); (g.NUMA < 0 || cpuless(numa, g.NUMA)) && near >= 0 {
@@ -217,7 +235,7 @@ func discoverAMD(root string, numa []NUMANode) ([]GPU, error) {
 		}
 		k++
 	}
-	return gpus, nil
+	return gpus, hidden, nil
 }
 
 // amdCardMinor is the minor of the GPU's DRM primary node (/dev/dri/card<N>): the
@@ -362,4 +380,14 @@ func amdIsolate(t *Topology, o *Option, mode Mode) (warning string, err error) {
 		return why + ": isolate dropped; each task still gets its own GPU in ROCR_VISIBLE_DEVICES", nil
 	}
 	return "", nil
+}
+
+// hiddenError says that KFD hid GPUs from this process, and what to do.
+func (t *Topology) hiddenError() error {
+	ids := make([]string, len(t.Hidden))
+	for i, id := range t.Hidden {
+		ids[i] = strconv.Itoa(id)
+	}
+	return fmt.Errorf("KFD hides GPU nodes %s from this process (their topology files answer EPERM: its device cgroup denies those GPUs), so the node's topology is incomplete; "+
+		"read it outside the job's device cgroup (the plugin does, in slurmstepd before any task is restricted) or use a snapshot= made there", strings.Join(ids, ","))
 }

@@ -32,6 +32,9 @@ type Topology struct {
 	// them), each core's CPUs (hardware threads); read on AMD nodes only (cores.go),
 	// nil elsewhere and when sysfs does not say.
 	Cores []CPUSet `json:"cores,omitempty"`
+	// Hidden are the KFD GPU nodes whose topology files answered EPERM (amd.go): GPUs
+	// this process's device cgroup denies. Never in a snapshot.
+	Hidden []int `json:"-"`
 }
 
 // GPU is one physical GPU.

@@ -93,7 +93,7 @@ func DiscoverSysfs(root string) (*Topology, error) {
 	// AMD GPUs only where there is no NVIDIA GPU: an AMD integrated GPU beside NVIDIA
 	// cards is not one Slurm manages, and must not shift the NVIDIA indices.
 	if len(topo.GPUs) == 0 {
-		if topo.GPUs, err = discoverAMD(root, topo.NUMA); err != nil {
+		if topo.GPUs, topo.Hidden, err = discoverAMD(root, topo.NUMA); err != nil {
 			return nil, err
 		}
 		if len(topo.GPUs) > 0 {
