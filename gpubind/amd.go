@@ -165,8 +165,9 @@ func discoverAMD(root string, numa []NUMANode) (gpus []GPU, hidden []int, err er
 		return nil, nil, err
 	}
 	busOf := map[int]string{}
-	seen := map[string]int{}
-	ordinal := -1 // the GPU's position among the KFD GPU nodes, hidden ones included
+	byBus := map[string][]int{} // bus id -> its GPUs (indices into gpus)
+	var parts, nodeOf []int     // per GPU: location_id's partition bits, KFD node id
+	ordinal := -1               // the GPU's position among the KFD GPU nodes, hidden ones included
 	for _, n := range nodes {
 		if !n.isGPU() {
 			continue
@@ -181,14 +182,9 @@ func discoverAMD(root string, numa []NUMANode) (gpus []GPU, hidden []int, err er
 			continue
 		}
 		bus, part := kfdBusID(root, p)
-		if prev, dup := seen[bus]; dup || part != 0 {
-			what := fmt.Sprintf("KFD node %d is partition %d of the GPU at %s", n.id, part, bus)
-			if dup {
-				what = fmt.Sprintf("KFD nodes %d and %d share the GPU at %s", prev, n.id, bus)
-			}
-			return nil, nil, fmt.Errorf("%s: gpubind does not bind MI300 compute partitions (CPX/DPX/QPX) yet; use SPX mode on this node", what)
-		}
-		seen[bus] = n.id
+		byBus[bus] = append(byBus[bus], len(gpus))
+		parts = append(parts, part)
+		nodeOf = append(nodeOf, n.id)
 		busOf[n.id] = bus
 		g := GPU{Index: ordinal, Minor: -1, BusID: bus, NUMA: -1, Vendor: VendorAMD}
 		for _, f := range []string{"pci_bus_id", "index", "numa", "minor", "uuid", "name", "xgmi"} {
@@ -217,7 +213,11 @@ func discoverAMD(root string, numa []NUMANode) (gpus []GPU, hidden []int, err er
 		}
 		gpus = append(gpus, g)
 	}
-	// XGMI weights between GPUs, by bus id.
+	if err := markPartitions(gpus, byBus, parts, nodeOf); err != nil {
+		return nil, nil, err
+	}
+	// XGMI weights between GPUs, by bus id (the partitions of one device share theirs:
+	// 13 to each other, the cross-device weight to the others' bus ids).
 	k := 0
 	for _, n := range nodes {
 		if _, ok := busOf[n.id]; !ok {
@@ -236,6 +236,33 @@ func discoverAMD(root string, numa []NUMANode) (gpus []GPU, hidden []int, err er
 		k++
 	}
 	return gpus, hidden, nil
+}
+
+// markPartitions finds MI300 compute partitions (CPX, DPX, QPX): several KFD GPU nodes
+// on one PCI function, which share its bus id and unique_id; each is a GPU of its own
+// to ROCr (a KFD index, a render node of its own: XCP 0 on the PCI function, XCPs 1-7
+// on platform devices amdgpu_xcp.N), and its XCP id is in location_id's low 3 bits.
+// Such GPUs get Partition; two nodes claiming one XCP of a device are an error. Their
+// CardMinor is dropped: the PCI function's card node is the device's, not a
+// partition's, so isolate cannot guard partitions by it (amdIsolate refuses).
+func markPartitions(gpus []GPU, byBus map[string][]int, parts, nodeOf []int) error {
+	for bus, ids := range byBus {
+		if len(ids) == 1 && parts[ids[0]] == 0 {
+			continue // a whole GPU (SPX)
+		}
+		claimed := map[int]int{}
+		for _, i := range ids {
+			if prev, dup := claimed[parts[i]]; dup {
+				return fmt.Errorf("KFD nodes %d and %d both claim compute partition %d of the GPU at %s (location_id bits 2:0)", prev, nodeOf[i], parts[i], bus)
+			}
+			claimed[parts[i]] = nodeOf[i]
+			x := parts[i]
+			gpus[i].Partition = &x
+			gpus[i].CardMinor = nil
+			gpus[i].setSource("partition", BackendSysfs)
+		}
+	}
+	return nil
 }
 
 // amdCardMinor is the minor of the GPU's DRM primary node (/dev/dri/card<N>): the
@@ -365,6 +392,13 @@ func amdIsolate(t *Topology, o *Option, mode Mode) (warning string, err error) {
 	for _, g := range t.GPUs {
 		what := ""
 		switch {
+		case g.Partition != nil:
+			why := fmt.Sprintf("isolate cannot guard MI300 compute partitions: GPU %d (%s) is one, and the partitions of a device share its card node (/dev/dri/cardN), which isolate would have to deny", g.Index, g.Key())
+			if mode == ModeEnforce {
+				return "", fmt.Errorf("%s: leave out isolate (Slurm's ConstrainDevices still limits each step to its render nodes), or run in mode=optional", why)
+			}
+			o.Flags.Isolate = false
+			return why + ": isolate dropped; each task still gets its own GPU in ROCR_VISIBLE_DEVICES", nil
 		case g.Minor < 0:
 			what = "render node minor (KFD drm_render_minor)"
 		case g.CardMinor == nil:
@@ -390,4 +424,30 @@ func (t *Topology) hiddenError() error {
 	}
 	return fmt.Errorf("KFD hides GPU nodes %s from this process (their topology files answer EPERM: its device cgroup denies those GPUs), so the node's topology is incomplete; "+
 		"read it outside the job's device cgroup (the plugin does, in slurmstepd before any task is restricted) or use a snapshot= made there", strings.Join(ids, ","))
+}
+
+// amdPartitionUUID: the uuid flag puts GPU- UUIDs in ROCR_VISIBLE_DEVICES, and the
+// compute partitions of an MI300 device share one (ROCr's GPU-<unique_id> names the
+// device): with a partition among the step's GPUs the flag is an error naming them in
+// enforce mode, and dropped with the returned warning in optional mode (indices name
+// partitions exactly).
+func amdPartitionUUID(t *Topology, st *step, o *Option, mode Mode) (warning string, err error) {
+	if !t.IsAMD() || !o.Flags.UUID {
+		return "", nil
+	}
+	var parts []string
+	for _, sg := range st.GPUs {
+		if g := &t.GPUs[sg.Topo]; g.Partition != nil {
+			parts = append(parts, fmt.Sprintf("GPU %d (%s, renderD%d, %s)", g.Index, g.Key(), g.Minor, g.UUID))
+		}
+	}
+	if len(parts) == 0 {
+		return "", nil
+	}
+	why := "uuid: the step's GPUs " + strings.Join(parts, ", ") + " are MI300 compute partitions, which share their device's UUID (ROCr's GPU-<unique_id>), so ROCR_VISIBLE_DEVICES cannot name them by UUID"
+	if mode == ModeEnforce {
+		return "", fmt.Errorf("%s: leave out uuid, or run in mode=optional", why)
+	}
+	o.Flags.UUID = false
+	return why + ": uuid dropped; ROCR_VISIBLE_DEVICES lists indices", nil
 }

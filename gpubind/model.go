@@ -52,6 +52,10 @@ type GPU struct {
 	// PCI function's drm/cardN/dev), which isolate denies to the step's other tasks;
 	// nil when unknown and on NVIDIA.
 	CardMinor *int `json:"card_minor,omitempty"`
+	// Partition is an AMD MI300 compute partition's XCP id (CPX/DPX/QPX: several KFD
+	// nodes, each a GPU to ROCr, on one PCI function, sharing its bus id and unique_id;
+	// amd.go markPartitions); nil for a whole GPU. Render minors tell partitions apart.
+	Partition *int `json:"partition,omitempty"`
 	// L3 is an AMD GPU's share of its NUMA node's L3 domains (cores.go, splitL3): the
 	// CPUs the cpus flag binds its tasks to when gres.conf gives it no Cores=; empty:
 	// its NUMA node's CPUs.
@@ -161,6 +165,15 @@ func NormalizeBusID(s string) (string, error) {
 	return fmt.Sprintf("%04x:%02x:%02x.%x", d, b, v, f), nil
 }
 
+// Key names the GPU uniquely on its node: its bus id, and for an AMD compute partition
+// also its XCP id ("0000:05:00.0 xcp 3"), since partitions share the bus id.
+func (g *GPU) Key() string {
+	if g.Partition != nil {
+		return fmt.Sprintf("%s xcp %d", g.BusID, *g.Partition)
+	}
+	return g.BusID
+}
+
 // GPUByBusID returns the GPU with that (normalised) bus id, or nil.
 func (t *Topology) GPUByBusID(bus string) *GPU {
 	for i := range t.GPUs {
@@ -216,11 +229,11 @@ func (t *Topology) Normalize() error {
 		if err != nil {
 			return fmt.Errorf("gpu %d: %w", i, err)
 		}
-		if seen[b] {
-			return fmt.Errorf("gpu %s listed twice", b)
-		}
-		seen[b] = true
 		g.BusID = b
+		if seen[g.Key()] {
+			return fmt.Errorf("gpu %s listed twice", g.Key())
+		}
+		seen[g.Key()] = true
 		links := map[string]int{}
 		for peer, n := range g.NVLinks {
 			p, err := NormalizeBusID(peer)

@@ -53,7 +53,7 @@ func buildTable(in planInput) (*Table, error) {
 		tab.GPUs = append(tab.GPUs, TableGPU{
 			ID: id, Visible: sg.Visible, NVMLIndex: g.Index, Minor: g.Minor, BusID: g.BusID,
 			UUID: uuid, NUMA: g.NUMA, NIC: rt.nicPort(rt.ClosestNIC(sg.Topo)), Dev: devPath(sg, g),
-			Card: card,
+			Card: card, Part: g.Partition,
 		})
 	}
 	tab.NICs = railSet(rt, in.Rails, tab.GPUs)
@@ -410,6 +410,9 @@ func mapEntry(t *Topology, st *step, e string) (int, error) {
 		case sg.MIG != nil && sg.MIG.UUID == e:
 			return id, nil
 		case sg.MIG == nil && t.GPUs[sg.Topo].UUID == e:
+			if err := partitionUUID(t, sg.Topo, nil); err != nil {
+				return -1, fmt.Errorf("map entry %q names %w", e, err)
+			}
 			return id, nil
 		case sg.Gres >= 0 && strconv.Itoa(sg.Gres) == e:
 			return id, nil

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"fmt"
 	"regexp"
 	"sort"
 	"strconv"
@@ -221,5 +222,40 @@ func TestAMDCPUs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAMDMI300XCPX: an MI300X node in CPX mode (fixture mi300x-cpx: 2 devices x 8 compute
+// partitions, each a KFD node with a render node of its own, sharing the device's bus id
+// and UUID) under a real Slurm with ConstrainDevices and gres.conf listing the 16
+// partitions' render nodes. A 2-task step of 2 GPUs gets partitions 0 and 1 of the first
+// device: each task its own in ROCR_VISIBLE_DEVICES (ROCr numbers the step's partitions
+// in KFD order), both render nodes openable and no other, and the mapping line names
+// the partition by XCP and render node, since the bus id does not tell them apart.
+func TestAMDMI300XCPX(t *testing.T) {
+	line := plugLine(t, "root="+fixture("mi300x-cpx"), "source=sysfs")
+	var order []int
+	for i := 0; i < 16; i++ {
+		order = append(order, i)
+	}
+	c := cluster.StartT(t, cluster.Config{CPUs: 2, TaskPlugin: "task/cgroup,task/affinity", Proctrack: "proctrack/cgroup",
+		ConstrainDevices: true, AMD: true, GPUs: 16, GresOrder: order, PlugStack: []string{line}})
+	out, errOut, err := c.Srun(ctx(t), "-n2", "--gpus=2", "--cpu-bind=map_cpu:0,1", "--gpu-bind-topo=closest,verbose", "sh", "-c", amdScript(c))
+	if err != nil {
+		t.Fatalf("srun: %v\n%s\n%s", err, out, errOut)
+	}
+	seen := map[int]bool{}
+	for _, k := range parseAMD(t, out, 2) {
+		if k.gcd < 0 || k.gcd > 1 || seen[k.gcd] || k.rocr != strconv.Itoa(k.gcd) || k.hip != "0" || k.bus != "0000:05:00.0" ||
+			strings.Join(sortedInts(strings.Split(k.open, ",")), ",") != "0,1" || k.kfd != "yes" {
+			t.Errorf("task %d: partition %d ROCR_VISIBLE_DEVICES=%s HIP=%s bus %s opens %s kfd %s; want partition 0 or 1 of 0000:05:00.0, each once, ROCr = its KFD index, render nodes 0,1",
+				k.rank, k.gcd, k.rocr, k.hip, k.bus, k.open, k.kfd)
+			continue
+		}
+		seen[k.gcd] = true
+		want := fmt.Sprintf("(rank %d): ROCR_VISIBLE_DEVICES=%d -> GPU %d 0000:05:00.0 xcp %d renderD%d GPU-", k.rank, k.gcd, k.gcd, k.gcd, 128+k.gcd)
+		if !strings.Contains(errOut, want) {
+			t.Errorf("no mapping line %q in:\n%s", want, errOut)
+		}
 	}
 }
