@@ -121,9 +121,39 @@ FUZZ_TARGETS  ?=
 fuzz:
 	FUZZTIME=$(FUZZTIME) BUILD=$(abspath $(BUILD)) tests/fuzz/run.sh $(FUZZ_TARGETS)
 
+# SANITIZE=1: `make test` ends with the sanitizer pass (also alone: `make test-sanitize`). The
+# C front end (the plugin .so with the rule's table.c and fabric.c) is built with ASan and UBSan
+# (every UB report fatal), and the packages SANITIZE_PKGS run with it on the Slurm
+# SANITIZE_SLURM: the spankhost (built with ASan itself, so it loads the plugin with the
+# runtime first) and the plugin package on a real cluster, whose slurmd, slurmstepd and srun
+# get gcc's libasan preloaded (tests/testbuild SanitizeEnv). The rule package runs with go test
+# -asan and UBSan added to its cgo flags (the rule as the CLI and the Go tests call it). A report
+# of any process goes to $(SANITIZE_LOGS) (slurmstepd's stderr goes nowhere) and fails the
+# pass even when every test passed. CI (.ci/run) runs make test SANITIZE=1. docs/security.md.
+SANITIZE       ?=
+SANITIZE_SLURM ?= 26.05.3
+SANITIZE_PKGS  ?= ./tests/spankhost/... ./tests/plugin/...
+SANITIZE_LOGS  := $(abspath $(BUILD))/sanitize
+SANITIZE_CGO   := -fsanitize=undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+.PHONY: test-sanitize
+test-sanitize:
+	@rm -rf $(SANITIZE_LOGS) && mkdir -p $(SANITIZE_LOGS) $(TEST_REPORT)
+	$(GO) build -o $(BUILD)/testreport ./tests/testreport/cmd/testreport
+	@set -e; prefix=$$(tests/slurm/build.sh $(SANITIZE_SLURM)); start=$$(date +%s); \
+	echo "==== Slurm $(SANITIZE_SLURM) ($$prefix): sanitizer build (ASan+UBSan): ./rule/... $(SANITIZE_PKGS) ===="; \
+	export GPUBIND_SANITIZE=1 ASAN_OPTIONS=log_path=$(SANITIZE_LOGS)/asan \
+	    UBSAN_OPTIONS=log_path=$(SANITIZE_LOGS)/ubsan:print_stacktrace=1; \
+	rc=0; CGO_CFLAGS="$(CGO_CFLAGS) $(SANITIZE_CGO)" CGO_LDFLAGS="$(SANITIZE_CGO)" \
+	    $(GO) test -asan -count=1 ./rule/... || rc=1; \
+	$(call gotest,sanitize,$$prefix,$(SANITIZE_PKGS)) || rc=1; \
+	if [ -n "$$(ls $(SANITIZE_LOGS))" ]; then \
+	    echo "sanitize: FAILED: reports in $(SANITIZE_LOGS):"; head -c 20000 $(SANITIZE_LOGS)/*; rc=1; fi; \
+	echo "sanitize: pass took $$(( $$(date +%s) - start )) s, status $$rc"; exit $$rc
+
 # Everything once against the system Slurm, then the integration packages again against each
 # other Slurm of SLURM_MATRIX (built on first use, about 4 minutes each on 2 cores, then cached).
-# First the fuzz targets, TEST_FUZZTIME seconds each, side by side (under a minute on 2 CPUs).
+# First the fuzz targets, TEST_FUZZTIME seconds each, side by side (under a minute on 2 CPUs);
+# with SANITIZE=1 the sanitizer pass last.
 test: deps build
 	$(GO) vet ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME) FUZZ_TARGETS=
@@ -136,6 +166,7 @@ test: deps build
 	    echo "==== Slurm $$v ($$prefix): integration packages ===="; \
 	    $(call gotest,$$v,$$prefix,$(INTEGRATION_PKGS)); \
 	done
+	$(if $(SANITIZE),@$(MAKE) --no-print-directory test-sanitize)
 
 # Build (or find in the cache) every Slurm of the matrix; prints their prefixes.
 slurm-matrix:

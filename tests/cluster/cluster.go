@@ -25,11 +25,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpubind/gpubind/tests/testbuild"
 )
 
 // Config describes a cluster. The zero value is one node, nproc CPUs, task/none and 8 GPUs.
@@ -72,6 +75,7 @@ type Cluster struct {
 	MungeSocket   string   // munged socket in use: the private one in Dir/munge, or a reused system one
 
 	cfg       Config
+	sanitize  []string // testbuild.SanitizeEnv: what Slurm's programs need for the sanitizer build
 	mu        sync.Mutex
 	daemons   []*daemon
 	cgroupLck bool
@@ -158,6 +162,10 @@ func StartT(t testing.TB, cfg Config) *Cluster {
 }
 
 func start(cfg Config) (_ *Cluster, err error) {
+	sanitize, err := testbuild.SanitizeEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
 	parent := cfg.ParentTempDir
 	if parent == "" {
 		parent = devTempDir()
@@ -187,6 +195,7 @@ func start(cfg Config) (_ *Cluster, err error) {
 		DevDir:        filepath.Join(dir, "dev"),
 		Name:          "gpb" + hex.EncodeToString(suffix),
 		cfg:           cfg,
+		sanitize:      sanitize,
 	}
 	for i := 1; i <= cfg.Nodes; i++ {
 		c.NodeNames = append(c.NodeNames, fmt.Sprintf("node%d", i))
@@ -382,7 +391,8 @@ func (c *Cluster) startMunge() error {
 }
 
 // daemonEnv is the environment of the daemons: the caller's without SLURM_* variables
-// (a caller inside a job of another cluster would leak its ids), plus SLURM_CONF and the marker.
+// (a caller inside a job of another cluster would leak its ids), plus SLURM_CONF and the marker,
+// and for the sanitizer build the ASan runtime (testbuild.SanitizeEnv; tasks inherit it from srun).
 func (c *Cluster) daemonEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -392,6 +402,7 @@ func (c *Cluster) daemonEnv() []string {
 		env = append(env, kv)
 	}
 	env = append(env, "SLURM_CONF="+c.ConfPath, MarkerEnv+"="+c.Dir)
+	env = append(env, c.sanitize...)
 	if p := c.cfg.SlurmPrefix; p != "" {
 		// Scripts run by sbatch and tasks that call srun/scontrol must find this Slurm.
 		for i, kv := range env {
@@ -437,6 +448,12 @@ func (c *Cluster) startDaemon(name, bin string, args ...string) error {
 	defer out.Close()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = c.daemonEnv()
+	if name == "slurmctld" || name == "munged" {
+		// They load no SPANK plugin: the sanitizer build's runtime stays out of them
+		// (with it, slurmctld 26.05.3 aborts at start on a double free of its own, in
+		// conmgr's atfork child handler).
+		cmd.Env = slices.DeleteFunc(cmd.Env, func(kv string) bool { return slices.Contains(c.sanitize, kv) })
+	}
 	cmd.Dir = c.Dir
 	cmd.Stdout, cmd.Stderr = out, out
 	// Own session: a Ctrl-C in the caller's terminal must not reach the daemons.
@@ -515,7 +532,12 @@ func Load(dir string) (*Cluster, error) {
 	if abs, err := filepath.Abs(dir); err != nil || abs != st.Dir {
 		return nil, fmt.Errorf("cluster: %s describes %s, not %s", p, st.Dir, dir)
 	}
+	sanitize, err := testbuild.SanitizeEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
 	return &Cluster{
+		sanitize:      sanitize,
 		Dir:           st.Dir,
 		ConfPath:      filepath.Join(st.Dir, "slurm.conf"),
 		GresConfPath:  filepath.Join(st.Dir, "gres.conf"),
