@@ -122,17 +122,21 @@ fuzz:
 	FUZZTIME=$(FUZZTIME) BUILD=$(abspath $(BUILD)) tests/fuzz/run.sh $(FUZZ_TARGETS)
 
 # SANITIZE=1: `make test` ends with the sanitizer pass (also alone: `make test-sanitize`). The
-# C front end (the plugin .so with the rule's table.c and fabric.c) is built with ASan and UBSan
+# C front end (the plugin .so with the rule's rule/*.c) is built with ASan and UBSan
 # (every UB report fatal), and the packages SANITIZE_PKGS run with it on the Slurm
 # SANITIZE_SLURM: the spankhost (built with ASan itself, so it loads the plugin with the
-# runtime first) and the plugin package on a real cluster, whose slurmd, slurmstepd and srun
+# runtime first) and, when named, the plugin package on a real cluster, whose slurmd, slurmstepd and srun
 # get gcc's libasan preloaded (tests/testbuild SanitizeEnv). The rule package runs with go test
 # -asan and UBSan added to its cgo flags (the rule as the CLI and the Go tests call it). A report
 # of any process goes to $(SANITIZE_LOGS) (slurmstepd's stderr goes nowhere) and fails the
 # pass even when every test passed. CI (.ci/run) runs make test SANITIZE=1. docs/security.md.
 SANITIZE       ?=
 SANITIZE_SLURM ?= 26.05.3
-SANITIZE_PKGS  ?= ./tests/spankhost/... ./tests/plugin/...
+# tests/plugin is not in the default: under gcc 12's ASan preloaded into slurmstepd, a task
+# forked while another slurmstepd thread frees memory can hang for good in ASan's allocator
+# lock (seen; docs/security.md section 7). Run it by hand: SANITIZE_PKGS="./tests/spankhost/...
+# ./tests/plugin/...".
+SANITIZE_PKGS  ?= ./tests/spankhost/...
 SANITIZE_LOGS  := $(abspath $(BUILD))/sanitize
 SANITIZE_CGO   := -fsanitize=undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 .PHONY: test-sanitize
