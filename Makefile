@@ -139,10 +139,13 @@ SANITIZE_SLURM ?= 26.05.3
 SANITIZE_PKGS  ?= ./tests/spankhost/...
 SANITIZE_LOGS  := $(abspath $(BUILD))/sanitize
 SANITIZE_CGO   := -fsanitize=undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-.PHONY: test-sanitize
+.PHONY: test-sanitize test-pass-sanitize
 test-sanitize:
-	@rm -rf $(SANITIZE_LOGS) && mkdir -p $(SANITIZE_LOGS) $(TEST_REPORT)
 	$(GO) build -o $(BUILD)/testreport ./tests/testreport/cmd/testreport
+	@mkdir -p $(TEST_REPORT)
+	@$(MAKE) --no-print-directory test-pass-sanitize
+test-pass-sanitize:
+	@rm -rf $(SANITIZE_LOGS) && mkdir -p $(SANITIZE_LOGS)
 	@set -e; prefix=$$(tests/slurm/build.sh $(SANITIZE_SLURM)); start=$$(date +%s); \
 	echo "==== Slurm $(SANITIZE_SLURM) ($$prefix): sanitizer build (ASan+UBSan): ./rule/... $(SANITIZE_PKGS) ===="; \
 	export GPUBIND_SANITIZE=1 ASAN_OPTIONS=log_path=$(SANITIZE_LOGS)/asan \
@@ -154,23 +157,35 @@ test-sanitize:
 	    echo "sanitize: FAILED: reports in $(SANITIZE_LOGS):"; head -c 20000 $(SANITIZE_LOGS)/*; rc=1; fi; \
 	echo "sanitize: pass took $$(( $$(date +%s) - start )) s, status $$rc"; exit $$rc
 
-# Everything once against the system Slurm, then the integration packages again against each
-# other Slurm of SLURM_MATRIX (built on first use, about 4 minutes each on 2 cores, then cached).
-# First the fuzz targets, TEST_FUZZTIME seconds each, side by side (under a minute on 2 CPUs);
-# with SANITIZE=1 the sanitizer pass last.
+# Everything once against the system Slurm, and the integration packages again against each
+# other Slurm of SLURM_MATRIX (built on first use, about 4 minutes each on 2 cores, then cached);
+# with SANITIZE=1 also the sanitizer pass. First the fuzz targets, TEST_FUZZTIME seconds each,
+# side by side (under a minute on 2 CPUs). Then the passes (test-pass-RUN) run side by side, up
+# to TEST_JOBS at a time: most of their time is spent waiting on slurmd, srun and PMIx
+# timeouts, not on the CPU, and every test cluster has its own ports, directories and munged
+# (clusters with cgroups take turns: tests/cluster). Each pass's output is printed whole when
+# it ends (--output-sync), and the other passes go on when one fails (-k).
+TEST_PASSES := system $(filter-out system,$(SLURM_MATRIX)) $(if $(SANITIZE),sanitize)
+TEST_JOBS   ?= $(words $(TEST_PASSES))
 test: deps build
 	$(GO) vet ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME) FUZZ_TARGETS=
 	$(GO) build -o $(BUILD)/testreport ./tests/testreport/cmd/testreport
 	@rm -rf $(TEST_REPORT) && mkdir -p $(TEST_REPORT)
-	@echo "==== Slurm system ($$(slurmd -V)): all packages ===="
-	$(call gotest,system,/usr,./...)
-	@set -e; for v in $(filter-out system,$(SLURM_MATRIX)); do \
-	    prefix=$$(tests/slurm/build.sh $$v); \
-	    echo "==== Slurm $$v ($$prefix): integration packages ===="; \
-	    $(call gotest,$$v,$$prefix,$(INTEGRATION_PKGS)); \
-	done
-	$(if $(SANITIZE),@$(MAKE) --no-print-directory test-sanitize)
+	@echo "==== passes $(TEST_PASSES), $(TEST_JOBS) at a time; each prints its output when it ends ===="
+	@$(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target $(TEST_PASSES:%=test-pass-%)
+
+# One pass of `make test`: go test against one Slurm, its -json stream in $(TEST_REPORT)/RUN.json.
+.PHONY: test-pass-system
+test-pass-system:
+	@echo "==== Slurm system ($$(slurmd -V)): all packages ===="; start=$$(date +%s); rc=0; \
+	$(call gotest,system,/usr,./...) || rc=$$?; \
+	echo "==== Slurm system: pass took $$(( $$(date +%s) - start )) s, status $$rc"; exit $$rc
+test-pass-%:
+	@set -e; prefix=$$(tests/slurm/build.sh $*); start=$$(date +%s); rc=0; \
+	echo "==== Slurm $* ($$prefix): integration packages ===="; \
+	$(call gotest,$*,$$prefix,$(INTEGRATION_PKGS)) || rc=$$?; \
+	echo "==== Slurm $*: pass took $$(( $$(date +%s) - start )) s, status $$rc"; exit $$rc
 
 # Build (or find in the cache) every Slurm of the matrix; prints their prefixes.
 slurm-matrix:
