@@ -33,11 +33,15 @@ SLURM_PLUGINDIR ?= $(shell scontrol show config 2>/dev/null | awk '$$1=="PluginD
                      dirname $$(ls /usr/lib/*/slurm-wlm/spank*.so /usr/lib*/slurm/*.so 2>/dev/null | head -1) 2>/dev/null)
 endif
 # The version matrix `make test` runs the integration tests on: "system" is the Slurm in PATH
-# (Debian 12's 22.05), the others are built from ../shared/slurm by tests/slurm/build.sh and
-# cached (SLURM_CACHE_DIR, default /var/cache/gpubind/slurm).
+# (Debian 12's 22.05), the others are built by tests/slurm/build.sh from the tarballs in
+# SLURM_SRC_DIR and cached (SLURM_CACHE_DIR, default /var/cache/gpubind/slurm).
 SLURM_MATRIX ?= system 24.11.7 26.05.3
 INTEGRATION_PKGS := ./tests/cluster/... ./tests/plugin/... ./tests/cgroup/... ./tests/helper/... ./tests/sitedefault/... \
-                    ./tests/python/...
+                    ./tests/python/... ./tests/containers/...
+# The container tests (tests/containers: pyxis 0.24 and enroot, built for each Slurm of the
+# matrix by tests/containers/build.sh) need CONTAINERS_SRC_DIR, the folder of the runtimes'
+# source tarballs; without it they skip, and .ci/run fails on that skip.
+export CONTAINERS_SRC_DIR
 GO_LDFLAGS   := -X github.com/gpubind/gpubind/gpubind.Version=$(VERSION)
 GOTESTFLAGS  ?=
 # Every go test run of `make test` goes through tests/testreport: the terminal shows what a
@@ -70,8 +74,8 @@ DEB_PACKAGES := slurmctld slurmd slurm-client libslurm-dev munge libpmix-dev ope
                 python3 python3-torch python3-pytest \
                 clang-14 libclang-rt-14-dev
 
-.PHONY: all deps build test fuzz slurm-matrix check-slurm-version test-unit test-integration demo bench bench-scale install uninstall clean \
-        engine plugin helper cli fmt vet
+.PHONY: all deps build test fuzz slurm-matrix check-slurm-version demo bench bench-scale install clean \
+        engine plugin helper cli fmt lint
 
 all: build
 
@@ -172,7 +176,7 @@ test-pass-sanitize:
 TEST_PASSES := system $(filter-out system,$(SLURM_MATRIX)) $(if $(SANITIZE),sanitize)
 TEST_JOBS   ?= $(words $(TEST_PASSES))
 test: deps build
-	$(GO) vet ./...
+	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME) FUZZ_TARGETS=
 	$(GO) build -o $(BUILD)/testreport ./tests/testreport/cmd/testreport
 	@rm -rf $(TEST_REPORT) && mkdir -p $(TEST_REPORT)
@@ -197,6 +201,15 @@ slurm-matrix:
 
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')
+
+# gofmt, go vet and staticcheck (the version pinned here, fetched through the Go module proxy
+# on first use): `make test` fails on any finding.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "lint: not formatted by gofmt (make fmt):" $$unformatted; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
 
 # ---- demo / bench ---------------------------------------------------------------------------
 demo: deps build

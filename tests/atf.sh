@@ -57,14 +57,11 @@ sudo -ln 2>/dev/null | grep -q '(ALL.*) NOPASSWD: ALL' || die "the ATF needs unp
 sudo -ln 2>/dev/null | grep -q 'SLURM_CONF' || die "sudo must keep SLURM_CONF: $sudoers"
 
 prefix=$("$root/tests/slurm/build.sh" "$version")
-src_dir=${SLURM_SRC_DIR:-}
-if [[ -z $src_dir ]]; then
-	for d in "$root/../shared/slurm" /work/shared/slurm; do
-		if [[ -f $d/slurm-$version.tar.gz ]]; then src_dir=$d; break; fi
-	done
-fi
+# The testsuite comes from the tarball the build used (tests/slurm/build.sh: SLURM_SRC_DIR,
+# default SLURM_CACHE_DIR/src).
+src_dir=${SLURM_SRC_DIR:-${SLURM_CACHE_DIR:-/var/cache/gpubind/slurm}/src}
 tarball=$src_dir/slurm-$version.tar.gz
-[[ -f $tarball ]] || die "slurm-$version.tar.gz not found (set SLURM_SRC_DIR)"
+[[ -f $tarball ]] || die "no $tarball: set SLURM_SRC_DIR to the folder holding slurm-$version.tar.gz"
 
 mkdir -p "$out"
 out=$(cd "$out" && pwd)

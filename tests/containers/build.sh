@@ -16,9 +16,16 @@
 # tests use them.
 #
 # Environment:
-#   CONTAINERS_SRC_DIR    folder holding pyxis-VERSION.tar.gz, enroot-VERSION.tar.gz and a
-#                         SHA256SUMS that lists both (required; no default)
+#   CONTAINERS_SRC_DIR    folder holding pyxis-VERSION.tar.gz and enroot-VERSION.tar.gz
+#                         (default: CONTAINERS_CACHE_DIR/src): the tags vVERSION of
+#                         github.com/NVIDIA/pyxis and github.com/NVIDIA/enroot (enroot with its
+#                         deps/makeself and deps/linux-headers submodules filled in), packed
+#                         with the top directories pyxis-VERSION/ and enroot-VERSION/. Only
+#                         needed for a build: a cached build is found without them.
 #   CONTAINERS_CACHE_DIR  where builds are kept (default /var/cache/gpubind/containers)
+#
+# Each tarball must match the checksum tests/containers/SHA256SUMS gives for it (committed
+# here, so a folder of tarballs cannot vouch for itself).
 #   PYXIS_VERSION         default 0.24.0
 #   ENROOT_VERSION        default 4.1.2
 #
@@ -52,23 +59,15 @@ if [[ ! -f $spank_h ]]; then
 	exit 2
 fi
 
-src_dir=${CONTAINERS_SRC_DIR:-}
-if [[ -z $src_dir ]]; then
-	echo "containers/build.sh: set CONTAINERS_SRC_DIR to the folder holding pyxis-$pyxis_v.tar.gz, enroot-$enroot_v.tar.gz and SHA256SUMS" >&2
-	exit 2
-fi
-sum_of() { # the checksum SHA256SUMS gives file $1
-	awk -v f="$1" '$2 == f || $2 == "*" f { print $1 }' "$src_dir/SHA256SUMS" 2>/dev/null
+sums=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/SHA256SUMS
+sum_of() { # the checksum tests/containers/SHA256SUMS gives file $1
+	awk -v f="$1" '$2 == f || $2 == "*" f { print $1 }' "$sums"
 }
 want_p=$(sum_of "pyxis-$pyxis_v.tar.gz")
 want_e=$(sum_of "enroot-$enroot_v.tar.gz")
 for f in "pyxis-$pyxis_v.tar.gz:$want_p" "enroot-$enroot_v.tar.gz:$want_e"; do
-	if [[ ! -f $src_dir/${f%%:*} ]]; then
-		echo "containers/build.sh: no ${f%%:*} in $src_dir (CONTAINERS_SRC_DIR)" >&2
-		exit 2
-	fi
 	if [[ -z ${f#*:} ]]; then
-		echo "containers/build.sh: $src_dir/SHA256SUMS lists no ${f%%:*}" >&2
+		echo "containers/build.sh: $sums lists no ${f%%:*} (it knows: $(awk '{print $2}' "$sums" | paste -sd, -))" >&2
 		exit 2
 	fi
 done
@@ -90,10 +89,15 @@ if [[ -f $prefix/.gpubind-built && $(cat "$prefix/.gpubind-built") == "$stamp" ]
 	exit 0
 fi
 
+src_dir=${CONTAINERS_SRC_DIR:-$cache/src}
 for f in "pyxis-$pyxis_v.tar.gz:$want_p" "enroot-$enroot_v.tar.gz:$want_e"; do
+	if [[ ! -f $src_dir/${f%%:*} ]]; then
+		echo "containers/build.sh: no $src_dir/${f%%:*} to build from: set CONTAINERS_SRC_DIR to the folder holding pyxis-$pyxis_v.tar.gz and enroot-$enroot_v.tar.gz (see the head of this script)" >&2
+		exit 2
+	fi
 	got=$(sha256sum "$src_dir/${f%%:*}" | awk '{print $1}')
 	if [[ $got != "${f#*:}" ]]; then
-		echo "containers/build.sh: $src_dir/${f%%:*} has sha256 $got, SHA256SUMS says ${f#*:}" >&2
+		echo "containers/build.sh: $src_dir/${f%%:*} has sha256 $got, $sums says ${f#*:}" >&2
 		exit 1
 	fi
 done

@@ -6,9 +6,14 @@
 #   tests/slurm/build.sh --prefix VERSION   only print where VERSION is (or would be) installed
 #
 # Environment:
-#   SLURM_SRC_DIR      folder holding slurm-VERSION.tar.gz and SHA256SUMS
-#                      (default: ../shared/slurm beside the repository, then /work/shared/slurm)
+#   SLURM_SRC_DIR      folder holding slurm-VERSION.tar.gz (default: SLURM_CACHE_DIR/src):
+#                      SchedMD's release tag slurm-MAJOR-MINOR-PATCH-1 of github.com/SchedMD/slurm,
+#                      packed with its top directory named slurm-VERSION/ (the generated configure
+#                      included). Only needed for a build: a cached build is found without it.
 #   SLURM_CACHE_DIR    where builds are kept (default /var/cache/gpubind/slurm)
+#
+# The tarball must match the checksum tests/slurm/SHA256SUMS gives for it (committed here, so
+# a folder of tarballs cannot vouch for itself).
 #   SLURM_BUILD_JOBS   make -j (default: number of CPUs)
 #
 # Configured for tests on one host: --enable-multiple-slurmd (several slurmd on one machine),
@@ -28,23 +33,10 @@ if [[ ! $version =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
 fi
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/../.." && pwd)
-src_dir=${SLURM_SRC_DIR:-}
-if [[ -z $src_dir ]]; then
-	for d in "$repo/../shared/slurm" /work/shared/slurm; do
-		if [[ -f $d/SHA256SUMS ]]; then src_dir=$d; break; fi
-	done
-fi
-tarball=$src_dir/slurm-$version.tar.gz
-if [[ -z $src_dir || ! -f $tarball ]]; then
-	echo "slurm/build.sh: no slurm-$version.tar.gz in '${src_dir:-(none found)}'; set SLURM_SRC_DIR" >&2
-	exit 2
-fi
-
-# The checksum comes from SHA256SUMS, and the tarball must match it.
-want=$(awk -v f="slurm-$version.tar.gz" '$2 == f || $2 == "*" f { print $1 }' "$src_dir/SHA256SUMS")
+sums=$here/SHA256SUMS
+want=$(awk -v f="slurm-$version.tar.gz" '$2 == f || $2 == "*" f { print $1 }' "$sums")
 if [[ -z $want ]]; then
-	echo "slurm/build.sh: $src_dir/SHA256SUMS lists no slurm-$version.tar.gz" >&2
+	echo "slurm/build.sh: $sums lists no slurm-$version.tar.gz (it knows: $(awk '{print $2}' "$sums" | paste -sd, -))" >&2
 	exit 2
 fi
 cache=${SLURM_CACHE_DIR:-/var/cache/gpubind/slurm}
@@ -61,9 +53,15 @@ if [[ -f $prefix/.gpubind-built && $(cat "$prefix/.gpubind-built") == "$want" ]]
 	exit 0
 fi
 
+src_dir=${SLURM_SRC_DIR:-$cache/src}
+tarball=$src_dir/slurm-$version.tar.gz
+if [[ ! -f $tarball ]]; then
+	echo "slurm/build.sh: no $tarball to build Slurm $version from: set SLURM_SRC_DIR to a folder holding slurm-$version.tar.gz (see the head of this script)" >&2
+	exit 2
+fi
 got=$(sha256sum "$tarball" | awk '{print $1}')
 if [[ $got != "$want" ]]; then
-	echo "slurm/build.sh: $tarball has sha256 $got, SHA256SUMS says $want" >&2
+	echo "slurm/build.sh: $tarball has sha256 $got, $sums says $want" >&2
 	exit 1
 fi
 
