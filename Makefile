@@ -168,9 +168,7 @@ test-pass-sanitize:
 # Everything once against the system Slurm, and the integration packages again against each
 # other Slurm of SLURM_MATRIX (built on first use, about 4 minutes each on 2 cores, then cached);
 # with SANITIZE=1 also the sanitizer pass. First the fuzz targets, TEST_FUZZTIME seconds each,
-# side by side (under a minute on 2 CPUs). Then every test binary is compiled once: passes
-# started together would each compile the same packages at once (go's build cache shares only
-# what is finished). Then the passes (test-pass-RUN) run side by side, up
+# side by side (under a minute on 2 CPUs). Then the passes (test-pass-RUN) run side by side, up
 # to TEST_JOBS at a time: most of their time is spent waiting on slurmd, srun and PMIx
 # timeouts, not on the CPU, and every test cluster has its own ports, directories and munged
 # (clusters with cgroups take turns: tests/cluster). Each pass's output is printed whole when
@@ -182,9 +180,6 @@ test: deps build
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME) FUZZ_TARGETS=
 	$(GO) build -o $(BUILD)/testreport ./tests/testreport/cmd/testreport
 	@rm -rf $(TEST_REPORT) && mkdir -p $(TEST_REPORT)
-	@echo "==== compiling every test binary once (go test -exec /bin/true): the passes then find them in go's build cache ===="
-	@out=$$(env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u SANITIZE $(GO) test -count=1 -run '^$$' -exec /bin/true ./... 2>&1) || \
-	    { echo "$$out"; exit 1; }
 	@echo "==== passes $(TEST_PASSES), $(TEST_JOBS) at a time; each prints its output when it ends ===="
 	@$(MAKE) --no-print-directory -k -j$(TEST_JOBS) --output-sync=target $(TEST_PASSES:%=test-pass-%)
 
