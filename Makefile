@@ -66,13 +66,14 @@ PMIX_LIBS    := $(shell pkg-config --libs pmix 2>/dev/null)
 # $(DEB_TOOLS) and $(RPM_TOOLS) of packaging/packaging.mk are in it). A test skips when its
 # tool is missing, and CI fails on every skip not in tests/allowed-skips.txt: a tool Debian
 # has belongs here, not there. clang-14 and its runtimes (libFuzzer, ASan, UBSan): the fuzz
-# targets of the C parsers (make fuzz, docs/security.md).
+# targets of the C parsers (make fuzz, docs/security.md). runc and crun: Slurm's OCI containers
+# (srun --container, tests/containers TestOCI).
 DEB_PACKAGES := slurmctld slurmd slurm-client libslurm-dev munge libpmix-dev openmpi-bin \
                 libopenmpi-dev pkg-config gcc g++ make procps util-linux psmisc iproute2 \
                 libc6-dev hostname mount binutils \
                 rpm cpio cmake man-db groff-base debhelper dpkg-dev fakeroot \
                 python3 python3-torch python3-pytest \
-                clang-14 libclang-rt-14-dev
+                clang-14 libclang-rt-14-dev runc crun
 
 .PHONY: all deps build test fuzz slurm-matrix check-slurm-version demo bench bench-scale install clean \
         engine plugin helper cli fmt lint

@@ -49,6 +49,7 @@ type Config struct {
 	GresConf         []string // gres.conf lines replacing the generated ones; @DEV@ stands for DevDir
 	SlurmConf        []string // extra slurm.conf lines; a line replaces the harness's line with the same key
 	TopologyConf     []string // lines of topology.conf beside slurm.conf (nil: none written)
+	OCIConf          []string // lines of oci.conf beside slurm.conf (nil: none written, no OCI containers)
 
 	// SlurmPrefix is the install prefix of the Slurm to run (bin/, sbin/ below it), for the
 	// version matrix: tests/slurm/build.sh prints one. Default: $SLURM_PREFIX, and when that

@@ -112,7 +112,7 @@ func (cfg Config) normalize() (Config, error) {
 	if cfg.ConstrainDevices && !cfg.usesTaskCgroup() {
 		return cfg, fmt.Errorf("cluster: Config.ConstrainDevices needs TaskPlugin with task/cgroup, got %q", cfg.TaskPlugin)
 	}
-	for i, l := range append(append(append([]string(nil), cfg.PlugStack...), cfg.SlurmConf...), cfg.GresConf...) {
+	for i, l := range append(append(append(append([]string(nil), cfg.PlugStack...), cfg.SlurmConf...), cfg.GresConf...), cfg.OCIConf...) {
 		if strings.ContainsAny(l, "\n\r") {
 			return cfg, fmt.Errorf("cluster: config line %d %q: expected a single line without newlines", i, l)
 		}
@@ -252,6 +252,13 @@ func (c *Cluster) writeConfigs(ctldPort int, nodePorts []int, mungeSocket string
 	if cfg.TopologyConf != nil {
 		// Slurm reads topology.conf beside slurm.conf (TopologyPlugin=topology/block, tree).
 		if err := writeLines(filepath.Join(d, "topology.conf"), cfg.TopologyConf); err != nil {
+			return err
+		}
+	}
+	if cfg.OCIConf != nil {
+		// slurmstepd reads oci.conf beside slurm.conf at each step's start (Slurm's OCI
+		// containers, srun --container); without the file --container is only advisory.
+		if err := writeLines(filepath.Join(d, "oci.conf"), cfg.OCIConf); err != nil {
 			return err
 		}
 	}

@@ -2,7 +2,7 @@
 # Prepares what tests/gpu/slurm.sh needs on the GPU machine, which has no Slurm, no munged and
 # no network: a Slurm 26.05 install (tests/slurm/build.sh, stripped), the libraries it links,
 # Debian's PMIx 4 (Slurm's mpi/pmix_v4 requires the major version it was built with; the GPU
-# machine has PMIx 5), and the plugin built against that Slurm. Everything goes to .gpu/
+# machine has PMIx 5), the plugin built against that Slurm, and a static runc (section 6). Everything goes to .gpu/
 # (ignored by git), which the device run carries.
 #
 #   tests/gpu/slurm-bundle.sh [VERSION]      default 26.05.3
@@ -44,6 +44,8 @@ rm -f "$out/build/gpubind_engine.h"
 go build -trimpath -ldflags "-s -w" -tags gpubind_launcher -o "$out/build/gpubind-launcher" ./spank/engine
 # The CLI and the helper from `make build` (build/), so that only .gpu/ needs to travel.
 cp build/gpubind build/libgpuhelper.so.1 build/nvmlcost "$out/build/"
+# Without their debug sections (about 6 MB): what travels is limited to 64 MiB.
+strip --strip-debug "$out/build/gpubind" "$out/build/libgpuhelper.so.1" "$out/build/nvmlcost"
 # The link name too, so that tests/gpu/run.sh can build against the bundle (BUILD=.gpu/build).
 ln -sf libgpuhelper.so.1 "$out/build/libgpuhelper.so"
 if [[ -n ${GPUBIND_OLD_REV:-} ]]; then
@@ -76,6 +78,16 @@ cc "${W[@]}" -o "$sc/raw_pmix" bench/c/raw_pmix.c $(pkg-config --cflags --libs p
 rm -f "$sc/libnccl.so" "$sc/libgpuhelper.so"
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$sc/testcluster" ./tests/cluster/cmd/testcluster
 pkg-config --modversion pmix >"$sc/pmix-version"
+
+# Slurm's OCI containers (section 6, tests/gpu/containers.sh): the GPU machine has no container
+# runtime. runc 1.1.5 (Debian 12's version) built static from its Go module, without the
+# seccomp build tag: Debian's runc links libseccomp, and runc's init (which it re-executes with
+# an environment of its own, no LD_LIBRARY_PATH) would not find a carried copy. The test bundle
+# sets no seccomp profile.
+mkdir -p "$out/oci"
+GOFLAGS=-mod=mod CGO_ENABLED=1 GOBIN="$out/oci" go install -trimpath -tags "netgo osusergo" \
+	-ldflags "-s -w -X main.version=1.1.5 -extldflags -static" github.com/opencontainers/runc@v1.1.5
+file "$out/oci/runc" | grep -q 'statically linked' || { echo "slurm-bundle.sh: $out/oci/runc is not static" >&2; exit 1; }
 
 rm -rf "$out/build/frontend-obj" "$out/old/frontend-obj"
 du -sh "$out"

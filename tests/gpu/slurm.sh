@@ -6,6 +6,8 @@
 #   GPU_ONLY=python ...             (sections 0, 1 and 4b only)
 #   GPU_SKIP_BENCH=1 ...            (every check, without section 5's launch-cost timings)
 #   GPU_SKIP_PYTHON=1 ...           (without section 4b, the Python package)
+#   GPU_SKIP_CONTAINERS=1 ...       (without section 6, Slurm's OCI containers)
+#   GPU_ONLY=containers ...         (sections 0, 1 and 6 only)
 #
 # One slurmctld and one slurmd as root, no systemd, no munged (auth/slurm with a generated
 # key), CgroupPlugin=cgroup/v2, ConstrainDevices=yes, ConstrainCores=yes,
@@ -31,6 +33,11 @@
 #  4. libgpuhelper under Slurm's PMIx: examples/nccl_allreduce with -n1 and -n2 (one-rank groups)
 #  4b. the Python package: gpubind.init() against nvidia-smi, gpubind.torch with nccl (n=1) and
 #     gloo (n=2), gpubind.nccl_id() starting a real NCCL communicator (tests/gpu/python.sh)
+#  6. Slurm's OCI containers (srun --container, oci.conf, the static runc slurm-bundle.sh carries;
+#     tests/gpu/containers.sh): what the machine allows (user namespaces, /dev/fuse, overlayfs,
+#     cgroup v2); a bundle with the driver's libraries and /dev/nvidia* bound in; CUDA, nvidia-smi
+#     and whereami in the container see the task's GPU (bus id and UUID of the mapping line);
+#     which cgroup the containerized task is in; a step without GPUs opens none in a container
 #  5. launch cost with one core per rank: srun -n1/-n8/-n16, no plugin against the plugin
 #     without plan cache, a first step and a repeated step (plan cache hit), alternated; and
 #     gpuhelper_init against raw PMIx at n = 2, 8, 16 (one core per rank) and 32 (oversubscribed)
@@ -227,6 +234,12 @@ summary() {
 if [[ ${GPU_ONLY:-} == python ]]; then
 	# shellcheck source=tests/gpu/python.sh
 	. "$root/tests/gpu/python.sh"
+	summary
+fi
+# GPU_ONLY=containers: Slurm up, the CUDA probe, then section 6 alone.
+if [[ ${GPU_ONLY:-} == containers ]]; then
+	# shellcheck source=tests/gpu/containers.sh
+	. "$root/tests/gpu/containers.sh"
 	summary
 fi
 
@@ -588,6 +601,10 @@ fi
 # GPU_SKIP_PYTHON=1 leaves it out (a short lease that re-checks the plugin only).
 # shellcheck source=tests/gpu/python.sh
 [[ -n ${GPU_SKIP_PYTHON:-} ]] || . "$root/tests/gpu/python.sh"
+
+# 6. Slurm's OCI containers (tests/gpu/containers.sh); GPU_SKIP_CONTAINERS=1 leaves it out.
+# shellcheck source=tests/gpu/containers.sh
+[[ -n ${GPU_SKIP_CONTAINERS:-} ]] || . "$root/tests/gpu/containers.sh"
 
 # GPU_SKIP_BENCH=1: every check above, not the timings below (a short lease).
 [[ -n ${GPU_SKIP_BENCH:-} ]] && summary
