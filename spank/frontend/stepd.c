@@ -599,9 +599,39 @@ static int step_option(spank_t sp, char *option, size_t len)
 	return rc;   /* 0 for off: no child, no environment change */
 }
 
+/*
+ * isolate cannot hold in Slurm's OCI containers (srun --container, which sets
+ * SLURM_CONTAINER) run as root: the runtime then makes a cgroup of its own for
+ * each task. On cgroup v2 runc puts it beside task_N, where the task's device
+ * program does not run (and runc's own program replaces Slurm's); on cgroup v1
+ * runc cannot start below a device deny list. Rootless runtimes (jobs of
+ * ordinary users) cannot create cgroups in Slurm's tree and keep isolate
+ * (docs/containers.md, tests/containers TestOCI and
+ * TestOCIRootRuncV2LeavesTaskCgroup). Returns 1, with the reason in why, to
+ * refuse (as cgroup_stepd.c refuses: gb_failed).
+ */
+static int oci_root_refuses_isolate(spank_t sp, char *why, size_t len)
+{
+	char *bundle;
+	int failed;
+
+	if (!(step.plan.flags & GB_FLAG_ISOLATE) || step.uid != 0)
+		return 0;
+	bundle = gb_spank_getenv(sp, "SLURM_CONTAINER", &failed);
+	if (!bundle || !*bundle) {
+		free(bundle);
+		return 0;
+	}
+	(void) snprintf(why, len,
+			"cgroup binding refused: isolate: the step runs in Slurm's OCI containers (srun --container=%.200s) as root, and a container runtime run as root puts each task into a cgroup of its own (cgroup v2: beside the task's, where its device rules do not apply; cgroup v1: runc cannot start below a device deny list); run the job as an ordinary user (rootless runtime), or without isolate",
+			bundle);
+	free(bundle);
+	return 1;
+}
+
 int gb_stepd_init_post_opt(spank_t sp)
 {
-	char option[1024];
+	char option[1024], why[700];
 	int info;
 
 	step.start_us = gb_now_us();
@@ -612,6 +642,9 @@ int gb_stepd_init_post_opt(spank_t sp)
 		return plan_failed("cannot read the step from Slurm");
 	if (plan_step(sp, option) || !step.plan_active)
 		return 0;
+	if (oci_root_refuses_isolate(sp, why, sizeof(why)))
+		return gb_failed(why, "going on without cgroup binding", NULL,
+				 0);
 	/* isolate/cpus: per-task cgroups (cgroup_stepd.c). */
 	return gb_stepcg_prepare(step.job_id, step.step_id, &step.plan);
 }

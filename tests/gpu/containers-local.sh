@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs section 6 of tests/gpu/slurm.sh (tests/gpu/containers.sh, Slurm's OCI containers) here,
 # without a GPU: a private cluster (tests/cluster) with one fake GPU as GRES, the plugin on the
-# fixture dgxh100-2cpu, the runc that slurm-bundle.sh carries (GPU_OCI_RUNC, default .gpu/oci/runc,
-# else Debian's). It checks the logic up to the CUDA checks, which FAIL here by design ("no CUDA
+# fixture dgxh100-2cpu, runc from GPU_OCI_RUNC, else .gpu/oci/runc.gz unpacked (slurm-bundle.sh),
+# else Debian's. It checks the logic up to the CUDA checks, which FAIL here by design ("no CUDA
 # probe"): a run that shows only those FAILs has everything else working.
 #
 #   tests/gpu/containers-local.sh [SLURM_PREFIX]        (root; default $SLURM_PREFIX, else 26.05.3)
@@ -29,8 +29,11 @@ make -s -C spank/frontend BUILD="$work/plugin" SLURM_PREFIX="$prefix" GB_LAUNCHE
 	go build -trimpath -o "$work/bin/gpubind" ./cmd/gpubind || { echo "FAIL: build"; exit 1; }
 B=$work/bin
 bundle=$root/.gpu
-GPU_OCI_RUNC=${GPU_OCI_RUNC:-$bundle/oci/runc}
-[[ -x $GPU_OCI_RUNC ]] || GPU_OCI_RUNC=$(command -v runc)
+if [[ -z ${GPU_OCI_RUNC:-} && -f $bundle/oci/runc.gz ]]; then
+	GPU_OCI_RUNC=$work/runc
+	gzip -dc "$bundle/oci/runc.gz" >"$GPU_OCI_RUNC" && chmod 755 "$GPU_OCI_RUNC"
+fi
+[[ -x ${GPU_OCI_RUNC:-} ]] || GPU_OCI_RUNC=$(command -v runc)
 export GPU_OCI_RUNC
 fix=$root/tests/fixtures/dgxh100-2cpu
 dir=$(SLURM_PREFIX=$prefix tests/cluster/cluster.sh start -cpus 8 -gpus 1 -task task/cgroup,task/affinity \
@@ -43,6 +46,7 @@ GPU_OCI_DEVS="$dir/dev/nvidia*"
 GPU_OCI_DEVDIR=$dir/dev
 GPU_OCI_WHEREAMI="--root $fix"
 GPU_OCI_BINDS=$fix
+GPU_OCI_SLURMD_LOG=$dir/log/slurmd-node1.log
 # The task's GPU as the plugin gives it (the GPU machine takes it from nvidia-smi).
 line=$(srun -n1 --gpus=1 --gpu-bind-topo=closest,verbose true 2>&1 | grep -m1 'gpubind: task 0')
 read -r gpu_bus gpu_uuid <<<"$(sed -E 's/.* -> GPU [0-9]+ (\S+) (\S+) .*/\1 \2/' <<<"$line")"

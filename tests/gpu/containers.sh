@@ -1,7 +1,7 @@
 # Section 6 of tests/gpu/slurm.sh (sourced there; uses its srun, $bundle, $work, $cfg, $out,
 # $gpu_bus, $gpu_uuid, $work/cudaprobe, $B, pass, fail, check): Slurm's OCI containers
 # (srun --container=BUNDLE, oci.conf beside slurm.conf) with the runc that slurm-bundle.sh
-# carries (.gpu/oci/runc, static). GPU_SKIP_CONTAINERS=1 leaves it out.
+# carries (.gpu/oci/runc.gz, static). GPU_SKIP_CONTAINERS=1 leaves it out.
 #
 #  6a. what the machine allows: user namespaces, /dev/fuse, overlayfs, cgroup v2 and its
 #      delegation (reported as PROBE: lines; only what the section needs is a check)
@@ -13,7 +13,9 @@
 #      container CUDA sees exactly the task's GPU, whose bus id and UUID are the mapping line's;
 #      nvidia-smi -L and gpubind whereami there name it too
 #  6d. which cgroup the containerized task is in, next to the same step outside a container,
-#      and whether a step without GPUs can open the GPU in a container (it must not)
+#      and whether a step without GPUs can open the GPU in a container, against what
+#      docs/containers.md says for jobs of root (v1: below the task's cgroup, nothing more
+#      opens; v2: beside it, runc's device rule replaces Slurm's); isolate is refused there
 #
 # Run locally (no GPU): tests/gpu/containers-local.sh runs 6a-6d on a private cluster with fake
 # GPUs and stops, with a FAIL, where CUDA would be needed.
@@ -22,7 +24,11 @@ section "6. Slurm OCI containers (srun --container) with the carried runc"
 oci=$work/oci
 mkdir -p "$oci"
 chmod 755 "$oci"
-runc=${GPU_OCI_RUNC:-$bundle/oci/runc}
+# The carried runc is compressed (slurm-bundle.sh); GPU_OCI_RUNC names another.
+runc=${GPU_OCI_RUNC:-$oci/runc}
+if [[ -z ${GPU_OCI_RUNC:-} ]]; then
+	gzip -dc "$bundle/oci/runc.gz" >"$runc" && chmod 755 "$runc" || fail "oci: cannot unpack $bundle/oci/runc.gz"
+fi
 
 # ---- 6a. what the machine allows
 echo "--- 6a. what this machine allows"
@@ -229,24 +235,43 @@ cg_where() { # cg_where INSIDE OUTSIDE: same, below or left
 	done
 	echo $r
 }
-case $(cg_where "$cin" "$cout") in
-same) pass "oci: the containerized task stays in the task's cgroup ($cout)" ;;
-below) pass "oci: the containerized task is in a cgroup below the task's ($cin, task: $cout): the task cgroup's device rules still apply" ;;
-*) fail "oci: the containerized task left the task's cgroup: inside $cin, outside $cout (the runtime made its own cgroup elsewhere: the task cgroup's device rules, gpubind's isolate among them, no longer apply)" ;;
-esac
+# What docs/containers.md says for jobs of root (these are): cgroup v1, below the task's cgroup;
+# cgroup v2, beside it (TestOCIRootRuncV2LeavesTaskCgroup), where runc's own device program
+# replaces Slurm's. The checks confirm (or refute) that on a real Slurm.
+where=$(cg_where "$cin" "$cout")
+echo "the containerized task's cgroup is $where the task's"
+if [[ $cgfs == cgroup2fs ]]; then
+	check "oci (cgroup v2, root): runc put the containerized task beside the task's cgroup ($cin; task: $cout), as TestOCIRootRuncV2LeavesTaskCgroup found" test "$where" = left
+else
+	check "oci (cgroup v1, root): the containerized task is in (or below) the task's cgroup ($cin; task: $cout)" test "$where" != left
+fi
 oci_step "$oci/step-nogpu" -n1 --gres=none
 check "oci: a step without GPUs opens no GPU outside a container" grep -q '^OCI rank=0 where=outside .*opens=- ' "$oci/step-nogpu.out"
 if grep -q '^OCI rank=0 where=inside' "$oci/step-nogpu.in"; then
-	check "oci: a step without GPUs opens no GPU in a container either (runc's own device rule must not widen Slurm's)" \
-		grep -q '^OCI rank=0 where=inside .*opens=- ' "$oci/step-nogpu.in"
+	nog=$(field "$oci/step-nogpu.in" opens)
+	echo "a step without GPUs, in a container: opens $nog"
+	if [[ $cgfs == cgroup2fs ]]; then
+		# Slurm's ALLOW_OVERRIDE programs are replaced by runc's in runc's own cgroup: the
+		# bundle's c 195:* rule decides (docs/containers.md). Confirmed when it opens the GPU.
+		check "oci (cgroup v2, root): a step without GPUs opens the GPU in a runc container ($nog): Slurm's ConstrainDevices does not hold there, as docs/containers.md says" test "$nog" != -
+		[[ -x $oci_cudaprobe ]] && grep -m1 '^CUDA' "$oci/step-nogpu.in"
+	else
+		check "oci: a step without GPUs opens no GPU in a container either" test "$nog" = -
+	fi
 else
 	# runc as root below a cgroup v1 device list that denies something cannot start at all
-	# (docs/containers.md): nothing was opened, which is not wider than Slurm's rule.
-	check "oci: a step without GPUs: its container did not start ($(grep -m1 -o 'runc run failed.*' "$oci/step-nogpu.in" | cut -c1-120)), so it opened nothing" \
+	# (docs/containers.md): nothing was opened.
+	check "oci: a step without GPUs: its container did not start ($(grep -m1 -o 'runc run failed.*' "$oci/step-nogpu.in" | cut -c1-100)), so it opened nothing" \
 		grep -q 'runc run failed' "$oci/step-nogpu.in"
 fi
-if [[ -x $oci_cudaprobe ]]; then
-	check "oci: CUDA in a container of a step without GPUs sees no device" grep -q 'count=0' "$oci/step-nogpu.in"
-fi
+echo "--- isolate in a container step of root: gpubind refuses it (mode=enforce: the step fails)"
+log=${GPU_OCI_SLURMD_LOG:-$work/log/slurmd.log}
+n0=$(grep -c "isolate: the step runs in Slurm's OCI containers" "$log")
+srun --container="$oci/bundle" -n1 --gpus=1 --gpu-bind-topo=closest,isolate /bin/sh /probe/task.sh /dev >"$oci/step-isolate.in" 2>&1
+rc=$?
+cat "$oci/step-isolate.in"
+n1=$(grep -c "isolate: the step runs in Slurm's OCI containers" "$log")
+grep -m1 "isolate: the step runs in Slurm's OCI containers" "$log" | cut -c1-300
+check "oci: isolate in root's container step is refused, naming why (srun exit $rc, the refusal in the slurmd log)" test "$rc" -ne 0 -a "$n1" -gt "$n0"
 rm -f "$oci_conf"
 [[ $(type -t leftovers) == function ]] && leftovers "after the container steps"
