@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // AMD Instinct GPUs from sysfs alone (no ROCm library): the KFD topology
@@ -53,13 +54,15 @@ type kfdNode struct {
 	props map[string]uint64
 	name  string
 	links []kfdLink
+	// hidden: its topology files answered EPERM (a GPU the device cgroup denies).
+	hidden bool
 }
 
 type kfdLink struct {
 	typ, to, weight int
 }
 
-func (n *kfdNode) isGPU() bool { return n.props["simd_count"] > 0 }
+func (n *kfdNode) isGPU() bool { return n.hidden || n.props["simd_count"] > 0 }
 
 // readKFDProperties parses a KFD "properties" file: one "name value" pair per line,
 // values unsigned decimal.
@@ -102,9 +105,15 @@ func readKFDNodes(root string) ([]kfdNode, error) {
 		}
 		nd := filepath.Join(dir, e.Name())
 		props, err := readKFDProperties(filepath.Join(nd, "properties"))
+		if errors.Is(err, syscall.EPERM) {
+			// KFD answers EPERM for the topology files of a GPU this process's
+			// device cgroup denies (kfd_topology.c, kfd_devcgroup_check_permission);
+			// CPU nodes never do. ROCr skips such a node (libhsakmt: EPERM on gpu_id
+			// is "node not supported"), and so does this: a hidden GPU node.
+			nodes = append(nodes, kfdNode{id: id, hidden: true})
+			continue
+		}
 		if err != nil {
-			// A GPU the device cgroup denies returns EPERM here: discover before
-			// restricting (the engine does). Say which file.
 			return nil, fmt.Errorf("KFD node %d: %w", id, err)
 		}
 		n := kfdNode{id: id, props: props}
@@ -146,16 +155,26 @@ func kfdBusID(root string, p map[string]uint64) (bus string, partition int) {
 // its PCI function's NUMA node, local CPUs and bridge chain, render minor, UUID, model
 // and XGMI weights to the other GPUs. numa are the node's NUMA nodes (a GPU whose PCI
 // NUMA node is unknown or has no CPUs takes the CPU node its KFD links weigh least).
-func discoverAMD(root string, numa []NUMANode) ([]GPU, error) {
+//
+// A GPU node whose topology KFD hides from this process (EPERM: its device cgroup denies
+// that GPU) is left out, as ROCr leaves it out, but still counts in the KFD order of the
+// others (Index stays the node's ROCr index); its node id goes into hidden.
+func discoverAMD(root string, numa []NUMANode) (gpus []GPU, hidden []int, err error) {
 	nodes, err := readKFDNodes(root)
 	if err != nil || len(nodes) == 0 {
-		return nil, err
+		return nil, nil, err
 	}
 	busOf := map[int]string{}
-	var gpus []GPU
-	seen := map[string]int{}
+	byBus := map[string][]int{} // bus id -> its GPUs (indices into gpus)
+	var parts, nodeOf []int     // per GPU: location_id's partition bits, KFD node id
+	ordinal := -1               // the GPU's position among the KFD GPU nodes, hidden ones included
 	for _, n := range nodes {
 		if !n.isGPU() {
+			continue
+		}
+		ordinal++
+		if n.hidden {
+			hidden = append(hidden, n.id)
 			continue
 		}
 		p := n.props
@@ -163,16 +182,11 @@ func discoverAMD(root string, numa []NUMANode) ([]GPU, error) {
 			continue
 		}
 		bus, part := kfdBusID(root, p)
-		if prev, dup := seen[bus]; dup || part != 0 {
-			what := fmt.Sprintf("KFD node %d is partition %d of the GPU at %s", n.id, part, bus)
-			if dup {
-				what = fmt.Sprintf("KFD nodes %d and %d share the GPU at %s", prev, n.id, bus)
-			}
-			return nil, fmt.Errorf("%s: gpubind does not bind MI300 compute partitions (CPX/DPX/QPX) yet; use SPX mode on this node", what)
-		}
-		seen[bus] = n.id
+		byBus[bus] = append(byBus[bus], len(gpus))
+		parts = append(parts, part)
+		nodeOf = append(nodeOf, n.id)
 		busOf[n.id] = bus
-		g := GPU{Index: len(gpus), Minor: -1, BusID: bus, NUMA: -1, Vendor: VendorAMD}
+		g := GPU{Index: ordinal, Minor: -1, BusID: bus, NUMA: -1, Vendor: VendorAMD}
 		for _, f := range []string{"pci_bus_id", "index", "numa", "minor", "uuid", "name", "xgmi"} {
 			g.setSource(f, BackendSysfs)
 		}
@@ -188,10 +202,10 @@ func discoverAMD(root string, numa []NUMANode) ([]GPU, error) {
 				g.NUMA = v
 			}
 		} else if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("KFD node %d names PCI device %s, which %s does not have", n.id, bus, rootPath(root, "sys", "bus", "pci", "devices"))
+			return nil, nil, fmt.Errorf("KFD node %d names PCI device %s, which %s does not have", n.id, bus, rootPath(root, "sys", "bus", "pci", "devices"))
 		}
 		if err := g.readPCIPlace(devDir); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		g.Name = amdModel(devDir, n.name, p["device_id"])
 		if near := nearestCPUNode(n, nodes, numa); (g.NUMA < 0 || cpuless(numa, g.NUMA)) && near >= 0 {
@@ -199,7 +213,11 @@ func discoverAMD(root string, numa []NUMANode) ([]GPU, error) {
 		}
 		gpus = append(gpus, g)
 	}
-	// XGMI weights between GPUs, by bus id.
+	if err := markPartitions(gpus, byBus, parts, nodeOf); err != nil {
+		return nil, nil, err
+	}
+	// XGMI weights between GPUs, by bus id (the partitions of one device share theirs:
+	// 13 to each other, the cross-device weight to the others' bus ids).
 	k := 0
 	for _, n := range nodes {
 		if _, ok := busOf[n.id]; !ok {
@@ -217,7 +235,34 @@ func discoverAMD(root string, numa []NUMANode) ([]GPU, error) {
 		}
 		k++
 	}
-	return gpus, nil
+	return gpus, hidden, nil
+}
+
+// markPartitions finds MI300 compute partitions (CPX, DPX, QPX): several KFD GPU nodes
+// on one PCI function, which share its bus id and unique_id; each is a GPU of its own
+// to ROCr (a KFD index, a render node of its own: XCP 0 on the PCI function, XCPs 1-7
+// on platform devices amdgpu_xcp.N), and its XCP id is in location_id's low 3 bits.
+// Such GPUs get Partition; two nodes claiming one XCP of a device are an error. Their
+// CardMinor is dropped: the PCI function's card node is the device's, not a
+// partition's, so isolate cannot guard partitions by it (amdIsolate refuses).
+func markPartitions(gpus []GPU, byBus map[string][]int, parts, nodeOf []int) error {
+	for bus, ids := range byBus {
+		if len(ids) == 1 && parts[ids[0]] == 0 {
+			continue // a whole GPU (SPX)
+		}
+		claimed := map[int]int{}
+		for _, i := range ids {
+			if prev, dup := claimed[parts[i]]; dup {
+				return fmt.Errorf("KFD nodes %d and %d both claim compute partition %d of the GPU at %s (location_id bits 2:0)", prev, nodeOf[i], parts[i], bus)
+			}
+			claimed[parts[i]] = nodeOf[i]
+			x := parts[i]
+			gpus[i].Partition = &x
+			gpus[i].CardMinor = nil
+			gpus[i].setSource("partition", BackendSysfs)
+		}
+	}
+	return nil
 }
 
 // amdCardMinor is the minor of the GPU's DRM primary node (/dev/dri/card<N>): the
@@ -347,6 +392,13 @@ func amdIsolate(t *Topology, o *Option, mode Mode) (warning string, err error) {
 	for _, g := range t.GPUs {
 		what := ""
 		switch {
+		case g.Partition != nil:
+			why := fmt.Sprintf("isolate cannot guard MI300 compute partitions: GPU %d (%s) is one, and the partitions of a device share its card node (/dev/dri/cardN), which isolate would have to deny", g.Index, g.Key())
+			if mode == ModeEnforce {
+				return "", fmt.Errorf("%s: leave out isolate (Slurm's ConstrainDevices still limits each step to its render nodes), or run in mode=optional", why)
+			}
+			o.Flags.Isolate = false
+			return why + ": isolate dropped; each task still gets its own GPU in ROCR_VISIBLE_DEVICES", nil
 		case g.Minor < 0:
 			what = "render node minor (KFD drm_render_minor)"
 		case g.CardMinor == nil:
@@ -362,4 +414,40 @@ func amdIsolate(t *Topology, o *Option, mode Mode) (warning string, err error) {
 		return why + ": isolate dropped; each task still gets its own GPU in ROCR_VISIBLE_DEVICES", nil
 	}
 	return "", nil
+}
+
+// hiddenError says that KFD hid GPUs from this process, and what to do.
+func (t *Topology) hiddenError() error {
+	ids := make([]string, len(t.Hidden))
+	for i, id := range t.Hidden {
+		ids[i] = strconv.Itoa(id)
+	}
+	return fmt.Errorf("KFD hides GPU nodes %s from this process (their topology files answer EPERM: its device cgroup denies those GPUs), so the node's topology is incomplete; "+
+		"read it outside the job's device cgroup (the plugin does, in slurmstepd before any task is restricted) or use a snapshot= made there", strings.Join(ids, ","))
+}
+
+// amdPartitionUUID: the uuid flag puts GPU- UUIDs in ROCR_VISIBLE_DEVICES, and the
+// compute partitions of an MI300 device share one (ROCr's GPU-<unique_id> names the
+// device): with a partition among the step's GPUs the flag is an error naming them in
+// enforce mode, and dropped with the returned warning in optional mode (indices name
+// partitions exactly).
+func amdPartitionUUID(t *Topology, st *step, o *Option, mode Mode) (warning string, err error) {
+	if !t.IsAMD() || !o.Flags.UUID {
+		return "", nil
+	}
+	var parts []string
+	for _, sg := range st.GPUs {
+		if g := &t.GPUs[sg.Topo]; g.Partition != nil {
+			parts = append(parts, fmt.Sprintf("GPU %d (%s, renderD%d, %s)", g.Index, g.Key(), g.Minor, g.UUID))
+		}
+	}
+	if len(parts) == 0 {
+		return "", nil
+	}
+	why := "uuid: the step's GPUs " + strings.Join(parts, ", ") + " are MI300 compute partitions, which share their device's UUID (ROCr's GPU-<unique_id>), so ROCR_VISIBLE_DEVICES cannot name them by UUID"
+	if mode == ModeEnforce {
+		return "", fmt.Errorf("%s: leave out uuid, or run in mode=optional", why)
+	}
+	o.Flags.UUID = false
+	return why + ": uuid dropped; ROCR_VISIBLE_DEVICES lists indices", nil
 }

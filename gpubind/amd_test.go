@@ -389,9 +389,10 @@ func TestAMDBadTrees(t *testing.T) {
 		}
 		return dir
 	}
-	// KFD node 5 (GCD 1, c6) claims GCD 0's bus with partition id 1 (CPX-like).
-	root := edit(t, 5, "location_id 50688", fmt.Sprintf("location_id %d", 0xc1<<8|1))
-	if _, err := gpubind.DiscoverSysfs(root); err == nil || !strings.Contains(err.Error(), "partition") || !strings.Contains(err.Error(), "0000:c1:00.0") {
+	// KFD node 5 (GCD 1, c6) claims GCD 0's bus and partition id 0 (KFD node 4's): two
+	// GPUs cannot be one compute partition.
+	root := edit(t, 5, "location_id 50688", fmt.Sprintf("location_id %d", 0xc1<<8))
+	if _, err := gpubind.DiscoverSysfs(root); err == nil || !strings.Contains(err.Error(), "KFD nodes 4 and 5 both claim compute partition 0 of the GPU at 0000:c1:00.0") {
 		t.Errorf("partition: %v", err)
 	}
 	root = edit(t, 6, "drm_render_minor 130", "drm_render_minor x130")
@@ -590,16 +591,6 @@ func TestAMDMI300XSPX(t *testing.T) {
 		if env := envMap(r); g.NUMA != L%2 || env["ROCR_VISIBLE_DEVICES"] != strconv.Itoa(g.NVMLIndex) || env["HIP_VISIBLE_DEVICES"] != "0" {
 			t.Errorf("task %d (NUMA %d): GPU %d NUMA %d, env %v", L, L%2, g.NVMLIndex, g.NUMA, r.Env)
 		}
-	}
-}
-
-// TestAMDMI300XCPXRefused: in CPX mode the partitions of a GPU are KFD nodes sharing its
-// bus id and unique_id, with the partition id in location_id; gpubind does not bind
-// partitions yet and says so, naming the GPU, rather than reading them as whole GPUs.
-func TestAMDMI300XCPXRefused(t *testing.T) {
-	_, err := gpubind.DiscoverSysfs(fixtures.Root("mi300x-cpx"))
-	if err == nil || !strings.Contains(err.Error(), "KFD nodes 2 and 3 share the GPU at 0000:05:00.0") || !strings.Contains(err.Error(), "use SPX mode") {
-		t.Errorf("CPX: %v", err)
 	}
 }
 

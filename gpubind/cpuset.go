@@ -57,6 +57,9 @@ func (s CPUSet) Count() int {
 // IsEmpty reports whether the set has no CPU.
 func (s CPUSet) IsEmpty() bool { return s.Count() == 0 }
 
+// IsZero is IsEmpty, for encoding/json's omitzero.
+func (s CPUSet) IsZero() bool { return s.IsEmpty() }
+
 // CPUs lists the members in increasing order.
 func (s CPUSet) CPUs() []int {
 	var out []int

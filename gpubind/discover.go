@@ -30,7 +30,19 @@ type DiscoverOptions struct {
 // and sysfs for what NVML lacks (NICs, NUMA nodes, PCIe bridges); when NVML does not
 // load (or Root is not the host's /, since NVML always describes the host) it uses
 // sysfs alone. Notes says which backends were tried and why one was skipped.
+//
+// A topology that misses GPUs KFD hides from this process (Topology.Hidden: its device
+// cgroup denies them) is an error here: planning, snapshots and the discovery cache need
+// the whole node. DiscoverSysfs itself returns what the process can see (whereami).
 func Discover(o DiscoverOptions) (topo *Topology, notes []string, err error) {
+	topo, notes, err = discover(o)
+	if err == nil && topo != nil && len(topo.Hidden) > 0 {
+		return nil, nil, topo.hiddenError()
+	}
+	return topo, notes, err
+}
+
+func discover(o DiscoverOptions) (topo *Topology, notes []string, err error) {
 	src := o.Source
 	if src == "" {
 		src = SourceAuto

@@ -68,7 +68,8 @@ func FormatTopo(t *Topology) string {
 			src = append(src, "fabric=none(no fabric info)")
 		}
 		sort.Strings(src)
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", g.Index, g.Minor, g.BusID, dash(g.UUID), g.NUMA,
+		// Key: an AMD compute partition's bus id and XCP ("0000:05:00.0 xcp 3").
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", g.Index, g.Minor, g.Key(), dash(g.UUID), g.NUMA,
 			dash(g.CPUs.String()), dash(t.ClosestNIC(i)), dash(strings.Join(mig, ",")), g.Fabric.String(), dash(strings.Join(src, ",")))
 	}
 	tw.Flush()

@@ -20,7 +20,10 @@ const maxExpand = 4096
 // File= order (their position is the GRES index), or AutoDetect=nvml without files
 // (then GRES indices follow NVML's PCI order).
 type GresConf struct {
-	Files      []string
+	Files []string
+	// Cores is each file's Cores= (the line's; CPUs= is its old name), "" when the line
+	// has none: Slurm's logical core indices of the cores nearest that GPU.
+	Cores      []string
 	AutoDetect string // "nvml", "off", ... as written, lower case
 	// OtherNodes counts Name=gpu lines skipped because their NodeName= is another node.
 	OtherNodes int
@@ -113,7 +116,14 @@ func (gc *GresConf) addLine(l ConfLine, node string) error {
 	if err != nil {
 		return fmt.Errorf("%s: File=%s: %w", l.where("gres.conf"), files, err)
 	}
+	cores := kv["cores"]
+	if cores == "" {
+		cores = kv["cpus"]
+	}
 	gc.Files = append(gc.Files, list...)
+	for range list {
+		gc.Cores = append(gc.Cores, cores)
+	}
 	return nil
 }
 
@@ -253,6 +263,9 @@ type gresMap struct {
 	GPUs []int // index into Topology.GPUs
 	// Files are the gres.conf File= device paths, one per GRES index; nil in PCI order.
 	Files []string
+	// Cores are the CPUs of each GRES index's gres.conf Cores= (empty: none given);
+	// read on AMD nodes only (cores.go). nil in PCI order.
+	Cores []CPUSet
 	// Source says how the map was built ("gres.conf FILE", "PCI order").
 	Source string
 	// Assumed is true when no gres.conf told the order and PCI order was assumed.
@@ -298,6 +311,13 @@ func buildGresMap(t *Topology, gc *GresConf, from string) (*gresMap, error) {
 		}
 		m.GPUs = append(m.GPUs, g)
 		m.Files = append(m.Files, f)
+		var cs CPUSet
+		if amd && idx < len(gc.Cores) && gc.Cores[idx] != "" {
+			if cs, err = coresCPUs(t, gc.Cores[idx]); err != nil {
+				return nil, fmt.Errorf("GRES index %d (%s File=%s): %w", idx, from, f, err)
+			}
+		}
+		m.Cores = append(m.Cores, cs)
 	}
 	return m, nil
 }

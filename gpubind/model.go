@@ -28,6 +28,13 @@ type Topology struct {
 	NUMA    []NUMANode `json:"numa"`
 	// Backends lists the backends that contributed, in the order they ran.
 	Backends []string `json:"backends,omitempty"`
+	// Cores are the node's cores in Slurm's logical order (gres.conf Cores= numbers
+	// them), each core's CPUs (hardware threads); read on AMD nodes only (cores.go),
+	// nil elsewhere and when sysfs does not say.
+	Cores []CPUSet `json:"cores,omitempty"`
+	// Hidden are the KFD GPU nodes whose topology files answered EPERM (amd.go): GPUs
+	// this process's device cgroup denies. Never in a snapshot.
+	Hidden []int `json:"-"`
 }
 
 // GPU is one physical GPU.
@@ -45,6 +52,14 @@ type GPU struct {
 	// PCI function's drm/cardN/dev), which isolate denies to the step's other tasks;
 	// nil when unknown and on NVIDIA.
 	CardMinor *int `json:"card_minor,omitempty"`
+	// Partition is an AMD MI300 compute partition's XCP id (CPX/DPX/QPX: several KFD
+	// nodes, each a GPU to ROCr, on one PCI function, sharing its bus id and unique_id;
+	// amd.go markPartitions); nil for a whole GPU. Render minors tell partitions apart.
+	Partition *int `json:"partition,omitempty"`
+	// L3 is an AMD GPU's share of its NUMA node's L3 domains (cores.go, splitL3): the
+	// CPUs the cpus flag binds its tasks to when gres.conf gives it no Cores=; empty:
+	// its NUMA node's CPUs.
+	L3 CPUSet `json:"l3_cpus,omitzero"`
 	// MemoryNUMA are CPU-less NUMA nodes that hold the GPU's own memory (Grace: GH200,
 	// GB200), which NVML reports as the GPU's NUMA node; never used for CPU binding.
 	MemoryNUMA []int  `json:"memory_numa,omitempty"`
@@ -150,6 +165,15 @@ func NormalizeBusID(s string) (string, error) {
 	return fmt.Sprintf("%04x:%02x:%02x.%x", d, b, v, f), nil
 }
 
+// Key names the GPU uniquely on its node: its bus id, and for an AMD compute partition
+// also its XCP id ("0000:05:00.0 xcp 3"), since partitions share the bus id.
+func (g *GPU) Key() string {
+	if g.Partition != nil {
+		return fmt.Sprintf("%s xcp %d", g.BusID, *g.Partition)
+	}
+	return g.BusID
+}
+
 // GPUByBusID returns the GPU with that (normalised) bus id, or nil.
 func (t *Topology) GPUByBusID(bus string) *GPU {
 	for i := range t.GPUs {
@@ -205,11 +229,11 @@ func (t *Topology) Normalize() error {
 		if err != nil {
 			return fmt.Errorf("gpu %d: %w", i, err)
 		}
-		if seen[b] {
-			return fmt.Errorf("gpu %s listed twice", b)
-		}
-		seen[b] = true
 		g.BusID = b
+		if seen[g.Key()] {
+			return fmt.Errorf("gpu %s listed twice", g.Key())
+		}
+		seen[g.Key()] = true
 		links := map[string]int{}
 		for peer, n := range g.NVLinks {
 			p, err := NormalizeBusID(peer)

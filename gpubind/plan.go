@@ -53,7 +53,7 @@ func buildTable(in planInput) (*Table, error) {
 		tab.GPUs = append(tab.GPUs, TableGPU{
 			ID: id, Visible: sg.Visible, NVMLIndex: g.Index, Minor: g.Minor, BusID: g.BusID,
 			UUID: uuid, NUMA: g.NUMA, NIC: rt.nicPort(rt.ClosestNIC(sg.Topo)), Dev: devPath(sg, g),
-			Card: card,
+			Card: card, Part: g.Partition,
 		})
 	}
 	tab.NICs = railSet(rt, in.Rails, tab.GPUs)
@@ -239,15 +239,23 @@ func planMap(p *planner) error {
 	return nil
 }
 
-// gpuCPUs is the CPU list of the NUMA nodes of the GPUs (their local CPUs when the
-// NUMA node is unknown).
+// gpuCPUs is the CPU list the cpus flag binds a task of these GPUs to: per GPU the
+// CPUs of its gres.conf Cores= (the admin's word), else its L3 share (AMD, GPU.L3), else
+// its NUMA node's CPUs (its local CPUs when the NUMA node is unknown). docs/admin.md
+// "AMD Instinct GPUs" says why Cores= comes first.
 func gpuCPUs(t *Topology, st *step, ids []int) CPUSet {
 	var s CPUSet
 	for _, id := range ids {
-		g := &t.GPUs[st.GPUs[id].Topo]
-		if c := t.NUMACPUs(g.NUMA); g.NUMA >= 0 && !c.IsEmpty() {
+		sg := &st.GPUs[id]
+		g := &t.GPUs[sg.Topo]
+		switch c := t.NUMACPUs(g.NUMA); {
+		case !sg.Cores.IsEmpty():
+			s = s.Union(sg.Cores)
+		case !g.L3.IsEmpty():
+			s = s.Union(g.L3)
+		case g.NUMA >= 0 && !c.IsEmpty():
 			s = s.Union(c)
-		} else {
+		default:
 			s = s.Union(g.CPUs)
 		}
 	}
@@ -402,6 +410,9 @@ func mapEntry(t *Topology, st *step, e string) (int, error) {
 		case sg.MIG != nil && sg.MIG.UUID == e:
 			return id, nil
 		case sg.MIG == nil && t.GPUs[sg.Topo].UUID == e:
+			if err := partitionUUID(t, sg.Topo, nil); err != nil {
+				return -1, fmt.Errorf("map entry %q names %w", e, err)
+			}
 			return id, nil
 		case sg.Gres >= 0 && strconv.Itoa(sg.Gres) == e:
 			return id, nil

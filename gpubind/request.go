@@ -53,6 +53,10 @@ func Plan(r PlanRequest) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
+	droppedUUID, err := amdPartitionUUID(r.Topo, st, &opt, r.Mode)
+	if err != nil {
+		return nil, err
+	}
 	tab, err := buildTable(planInput{Topo: r.Topo, Step: st, Tasks: r.Tasks, Option: opt, Rails: r.Rails})
 	if err != nil {
 		return nil, err
@@ -60,9 +64,11 @@ func Plan(r PlanRequest) (*Table, error) {
 	if st.Unknown {
 		tab.Status = StatusWarn
 	}
-	if dropped != "" {
-		tab.Status = StatusWarn
-		tab.Messages = append(tab.Messages, dropped)
+	for _, d := range []string{dropped, droppedUUID} {
+		if d != "" {
+			tab.Status = StatusWarn
+			tab.Messages = append(tab.Messages, d)
+		}
 	}
 	return tab, nil
 }

@@ -46,6 +46,8 @@ type stepGPU struct {
 	Visible string     // value for the task's CUDA_VISIBLE_DEVICES
 	// Dev is the device node Slurm constrains for this GPU (gres.conf File=), "" unknown.
 	Dev string
+	// Cores are the CPUs of its gres.conf Cores= (AMD nodes), empty when none.
+	Cores CPUSet
 }
 
 // step is the resolved set of GPUs of a step.
@@ -115,6 +117,24 @@ func findUUID(t *Topology, u string) (int, *MIGDevice) {
 		}
 	}
 	return -1, nil
+}
+
+// partitionUUID: a GPU- UUID names a whole device, and the compute partitions of an
+// MI300 device share its unique_id, so it cannot name one of them (GPU i of t): an error
+// naming the partitions, nil otherwise.
+func partitionUUID(t *Topology, i int, mig *MIGDevice) error {
+	g := &t.GPUs[i]
+	if mig != nil || g.Partition == nil {
+		return nil
+	}
+	var same []string
+	for k := range t.GPUs {
+		if t.GPUs[k].UUID == g.UUID {
+			same = append(same, fmt.Sprintf("GPU %d (%s, renderD%d)", t.GPUs[k].Index, t.GPUs[k].Key(), t.GPUs[k].Minor))
+		}
+	}
+	return fmt.Errorf("%s, which the compute partitions %s share (MI300 CPX/DPX/QPX: one unique_id per device): it names no single GPU; use indices",
+		g.UUID, strings.Join(same, ", "))
 }
 
 // resolveStep finds the step's GPUs. Slurm numbers (SLURM_STEP_GPUS) are GRES indices,
@@ -215,6 +235,9 @@ func (r *stepResolver) addUUID(what, u string) error {
 	i, mig := findUUID(r.t, u)
 	if i < 0 {
 		return fmt.Errorf("%s names %s, which is not a GPU or MIG instance of this node's topology", what, u)
+	}
+	if err := partitionUUID(r.t, i, mig); err != nil {
+		return fmt.Errorf("%s names %w", what, err)
 	}
 	r.picks = append(r.picks, pick{topo: i, mig: mig, gres: -1})
 	return nil
@@ -348,7 +371,7 @@ func (r *stepResolver) collect() error {
 	t, gm, st := r.t, r.gm, r.st
 	seen := map[string]bool{}
 	for _, p := range r.picks {
-		key := t.GPUs[p.topo].BusID
+		key := t.GPUs[p.topo].Key()
 		if p.mig != nil {
 			key = p.mig.UUID
 		}
@@ -362,6 +385,9 @@ func (r *stepResolver) collect() error {
 		sg := stepGPU{Topo: p.topo, MIG: p.mig, Gres: p.gres}
 		if p.gres >= 0 && p.gres < len(gm.Files) {
 			sg.Dev = gm.Files[p.gres]
+		}
+		if p.gres >= 0 && p.gres < len(gm.Cores) {
+			sg.Cores = gm.Cores[p.gres]
 		}
 		st.GPUs = append(st.GPUs, sg)
 	}

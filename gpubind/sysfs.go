@@ -93,11 +93,14 @@ func DiscoverSysfs(root string) (*Topology, error) {
 	// AMD GPUs only where there is no NVIDIA GPU: an AMD integrated GPU beside NVIDIA
 	// cards is not one Slurm manages, and must not shift the NVIDIA indices.
 	if len(topo.GPUs) == 0 {
-		if topo.GPUs, err = discoverAMD(root, topo.NUMA); err != nil {
+		if topo.GPUs, topo.Hidden, err = discoverAMD(root, topo.NUMA); err != nil {
 			return nil, err
 		}
 		if len(topo.GPUs) > 0 {
 			topo.Driver = AMDDriverVersion(root)
+			ct := readCPUTopology(root, topo.NUMA)
+			topo.Cores = ct.cores
+			splitL3(topo, ct.l3)
 		}
 	}
 	if h, err := readTrim(rootPath(root, "proc", "sys", "kernel", "hostname")); err == nil {

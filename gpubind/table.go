@@ -85,6 +85,9 @@ type TableGPU struct {
 	// Card is an AMD GPU's /dev/dri/cardN minor, -1 unknown: a "card" line, written
 	// only on AMD with isolate (its one reader; spank/PROTOCOL.md section 2).
 	Card int
+	// Part is an AMD MI300 compute partition's XCP id, nil for a whole GPU: a "part"
+	// line, written only for partitions (spank/PROTOCOL.md section 2).
+	Part *int
 }
 
 // TableTask is a "task" line: the plan-time answer for one local task.
@@ -165,6 +168,11 @@ func (t *Table) Encode(w io.Writer) error {
 		}
 		for _, g := range t.GPUs {
 			add("gpu %d %s %d %d %s %s %d %s %s", g.ID, g.Visible, g.NVMLIndex, g.Minor, g.BusID, dash(g.UUID), g.NUMA, dash(g.NIC), dash(g.Dev))
+		}
+		for _, g := range t.GPUs {
+			if g.Part != nil {
+				add("part %d %d", g.ID, *g.Part)
+			}
 		}
 		if t.Vendor == VendorAMD && t.Flags.Isolate {
 			for _, g := range t.GPUs {

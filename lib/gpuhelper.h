@@ -6,6 +6,9 @@
  * and hands every rank the same NCCL unique ID, created by rank 0 with the application's own
  * ncclGetUniqueId. No MPI is needed, and no NCCL either for the rank and GPU facts: without
  * NCCL, gpuhelper_init still succeeds and only the NCCL ID is missing (see flags).
+ * NVIDIA and AMD GPUs alike: on AMD Instinct nodes the GPU is HIP's and the ID RCCL's
+ * (librccl.so.1 has NCCL's symbols and 128-byte ID, so the same code builds with hipcc,
+ * hipSetDevice in place of cudaSetDevice); docs/helper.md "AMD GPUs and RCCL".
  *
  *     gpuhelper_set_nccl_get_unique_id((gpuhelper_nccl_get_unique_id_fn)ncclGetUniqueId);
  *     gpuhelper_info_t info = { .struct_size = sizeof(info) };
@@ -38,7 +41,9 @@
  *                            (root Put+Commit, others Get, no fence) or "fence" (root
  *                            Put+Commit, collecting fence, local Gets)
  *   GPUHELPER_NCCL_LIBRARY   library to dlopen when the process has no ncclGetUniqueId
- *                            (default libnccl.so.2)
+ *                            (default: an NCCL or RCCL the process already loaded, else
+ *                            libnccl.so.2 and librccl.so.1, RCCL first when the rank's GPU is
+ *                            an AMD GPU)
  *   GPUHELPER_SCALABLE_IDS   default count for gpuhelper_scalable_count (default ceil(size/128))
  *   GPUHELPER_NCCL_ID        "init" (default) or "lazy": rank 0 makes no world ID during
  *                            gpuhelper_init, the first gpuhelper_nccl_id does (since 1.1)
@@ -103,7 +108,8 @@ typedef struct gpuhelper_info {
     int node_id, num_nodes;        /* node_id is 0..num_nodes-1: this node's place among the
                                       job's nodes, in the launcher's order (dense even where the
                                       launcher numbers nodes sparsely, as Open MPI and PRRTE do) */
-    int cuda_device;               /* pass to cudaSetDevice(); -1 if no GPU is visible */
+    int cuda_device;               /* pass to cudaSetDevice() (AMD: hipSetDevice()); -1 if no
+                                      GPU is visible */
     char pci_bus_id[32];           /* "0000:1b:00.0", or "" if unknown */
     char gpu_uuid[96];             /* "GPU-..." or "MIG-...", or "" */
     unsigned char nccl_id[GPUHELPER_NCCL_ID_BYTES]; /* same bytes on every rank: an ncclUniqueId;
@@ -124,7 +130,8 @@ typedef struct gpuhelper_info {
  * gpuhelper_init connects to the job's PMIx server, fills *info, and gives every rank the NCCL
  * unique ID that rank 0 created with ncclGetUniqueId (the function passed to
  * gpuhelper_set_nccl_get_unique_id, else looked up in the process, then in
- * GPUHELPER_NCCL_LIBRARY). Collective.
+ * GPUHELPER_NCCL_LIBRARY, then an NCCL or RCCL already loaded, then libnccl.so.2 and
+ * librccl.so.1). Collective.
  *
  * Without NCCL (rank 0 finds no ncclGetUniqueId, or it fails) gpuhelper_init still succeeds:
  * rank, sizes, node and GPU are filled, flags lacks GPUHELPER_INFO_NCCL_ID on every rank, nccl_id
@@ -159,6 +166,13 @@ typedef struct gpuhelper_info {
  * CUDA_VISIBLE_DEVICES to that instance alone and reports cuda_device 0 and its MIG UUID in
  * gpu_uuid; if libcuda is already loaded and the instance is not CUDA's first, it returns
  * GPUHELPER_EMIG instead.
+ * AMD GPUs: where the process can use no NVIDIA GPU, the GPUs are those of the KFD topology
+ * (sysfs, no ROCm library) in KFD order, which is ROCr's, less those whose render node
+ * /dev/dri/renderD<N> the process may not read and write (or whose KFD files the device cgroup
+ * hides), as ROCr counts them; then ROCR_VISIBLE_DEVICES applied as ROCr applies it, then
+ * HIP_VISIBLE_DEVICES (else CUDA_VISIBLE_DEVICES) relative to that. cuda_device is then HIP's
+ * device number, pci_bus_id the GPU's (an MI300 compute partition shares its device's), and
+ * gpu_uuid "GPU-" and the 16 hex digits of its unique_id. CUDA_DEVICE_ORDER means nothing to HIP.
  * Without a PMIx server, a single process (rank 0 of 1) still works.
  */
 int gpuhelper_init(gpuhelper_info_t *info);

@@ -264,10 +264,13 @@ int gb_result_logline(const struct gb_table *t, const struct gb_result *r,
 	for (int i = 0; i < r->ngpus; i++) {
 		const struct gb_gpu *g = &t->gpus[r->gpus[i]];
 
-		sb_add(&b, "%s%sGPU %d %s %s NUMA %d", i ? "; " : "",
+		sb_add(&b, "%s%sGPU %d %s", i ? "; " : "",
 		       gb_result_is_own(r, i) ? "" : "peer ", g->nvml,
-		       g->busid[0] ? g->busid : "-", g->uuid[0] ? g->uuid : "-",
-		       g->numa);
+		       g->busid[0] ? g->busid : "-");
+		/* MI300 partitions share the bus id (and UUID): name the render node. */
+		if (g->part >= 0)
+			sb_add(&b, " xcp %d renderD%d", g->part, g->minor);
+		sb_add(&b, " %s NUMA %d", g->uuid[0] ? g->uuid : "-", g->numa);
 		if ((t->flags & GB_FLAG_NIC) && g->nic[0])
 			sb_add(&b, " nic %s", g->nic);
 		sb_add(&b, "%s", gb_fabric_desc(t, r->gpus[i]));

@@ -378,6 +378,7 @@ static int line_gpu(struct parser *ps, char **f, int nf)
 	g = &t->gpus[t->ngpus];
 	memset(g, 0, sizeof(*g));
 	g->card = -1;
+	g->part = -1;
 	if (!strcmp(f[2], "-") ||
 	    copy_field(g->visible, sizeof(g->visible), f[2]))
 		return LINE_MALFORMED;
@@ -537,6 +538,21 @@ static int line_card(struct parser *ps, char **f, int nf)
 	return 0;
 }
 
+/* part ID XCP: an AMD step GPU is compute partition XCP (0-7) of its device (once,
+ * after its gpu line): partitions share the bus id, so the log names the render node. */
+static int line_part(struct parser *ps, char **f, int nf)
+{
+	struct gb_table *t = ps->t;
+	long id, v;
+
+	(void) nf;
+	if (parse_int(f[1], 0, GB_TABLE_MAX_GPUS - 1, &id) || id >= t->ngpus ||
+	    t->gpus[id].part >= 0 || parse_int(f[2], 0, 7, &v))
+		return LINE_MALFORMED;
+	t->gpus[id].part = (int) v;
+	return 0;
+}
+
 /* vendor amd|nvidia: whose GPUs the gpu lines are (no line: NVIDIA). */
 static int line_vendor(struct parser *ps, char **f, int nf)
 {
@@ -575,6 +591,7 @@ static const struct line_type {
 	{ "imex", 2, 2, line_imex },
 	{ "vendor", 2, 2, line_vendor },
 	{ "card", 3, 3, line_card },
+	{ "part", 3, 3, line_part },
 };
 
 /* One line (NUL-terminated, without its newline), by its type. */

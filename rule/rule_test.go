@@ -224,7 +224,8 @@ func TestLargestTableParses(t *testing.T) {
 	text := tab.String()
 	parse(t, tab)
 	more := strings.Replace(text, fmt.Sprintf("ntasks %d\n", gpubind.MaxTableTasks), fmt.Sprintf("ntasks %d\n", gpubind.MaxTableTasks+1), 1)
-	if _, err := rule.Parse(more); err == nil {
+	if rt, err := rule.Parse(more); err == nil {
+		rt.Close()
 		t.Errorf("a table of %d tasks parsed", gpubind.MaxTableTasks+1)
 	}
 }

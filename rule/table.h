@@ -63,6 +63,7 @@ struct gb_gpu {
 	int nvml;          /* physical NVML index */
 	int minor;         /* /dev/nvidiaN minor (AMD: render minor), -1 unknown */
 	int card;          /* AMD: /dev/dri/cardN minor ("card" line), -1 unknown */
+	int part;          /* AMD: MI300 compute partition (XCP) id ("part" line), -1 whole GPU */
 	char busid[32];    /* 0000:1b:00.0 */
 	char uuid[96];     /* GPU-.../MIG-... or "" */
 	int numa;          /* -1 none */

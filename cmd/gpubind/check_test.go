@@ -29,6 +29,11 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// A test that must run the CLI inside a cgroup re-runs this binary with
+	// GPUBIND_TEST_RUN_MAIN=1: it is then the gpubind command (whereami_eperm_test.go).
+	if os.Getenv("GPUBIND_TEST_RUN_MAIN") == "1" {
+		os.Exit(runTestChild(os.Args[1:]))
+	}
 	code := m.Run()
 	if pluginDir != "" {
 		os.RemoveAll(pluginDir)

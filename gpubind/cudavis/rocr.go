@@ -29,10 +29,11 @@ const kfdNodes = "sys/devices/virtual/kfd/kfd/topology/nodes"
 // digits of unique_id (the form ROCR_VISIBLE_DEVICES takes; "" when unique_id is 0), Minor
 // the render minor. A GPU whose render node in dev ("" is root/dev) is missing or denied
 // (access(R_OK|W_OK): ENOENT, EPERM, EACCES) is left out, as ROCr leaves it out. No KFD
-// topology (no amdgpu driver) gives none. A GPU node whose properties cannot be read or
-// parsed is an error naming the file (a device cgroup that denies a GPU can make its
-// topology files answer EPERM: that GPU is not the process's anyway, but the library
-// cannot tell it from a broken tree, so it says so).
+// topology (no amdgpu driver) gives none. A node whose properties answer EPERM is a GPU
+// the process's device cgroup denies (KFD hides a denied GPU's topology files; CPU nodes
+// never answer EPERM), left out as ROCr leaves it out (libhsakmt: EPERM is "node not
+// supported"). A node whose properties cannot be read otherwise, or parsed, is an error
+// naming the file.
 func ScanAMD(root, dev string, access func(path string) error) ([]GPU, error) {
 	root, dev, access = scanDefaults(root, dev, access)
 	dir := filepath.Join(root, kfdNodes)
@@ -55,6 +56,9 @@ func ScanAMD(root, dev string, access func(path string) error) ([]GPU, error) {
 		}
 		path := filepath.Join(dir, e.Name(), "properties")
 		b, err := os.ReadFile(path)
+		if errors.Is(err, syscall.EPERM) {
+			continue // a GPU the device cgroup denies: not the process's
+		}
 		if err != nil {
 			return nil, fmt.Errorf("KFD node %d: %w", id, err)
 		}

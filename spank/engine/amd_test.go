@@ -39,7 +39,7 @@ func TestRunAMD(t *testing.T) {
 	// The cache key holds the KFD generation: a new one (KFD nodes changed) discovers again.
 	req := &request{Root: root, Source: "sysfs"}
 	k1, err := cacheKey(req)
-	if err != nil || !strings.Contains(k1, "\nkfd=1 amdgpu=6.8.5 amdtopo=2\n") {
+	if err != nil || !strings.Contains(k1, "\nkfd=1 amdgpu=6.8.5 amdtopo=3\n") {
 		t.Fatalf("key %q %v", k1, err)
 	}
 	gen := filepath.Join(root, "sys/devices/virtual/kfd/kfd/topology/generation_id")

@@ -60,9 +60,10 @@ func cacheKey(req *request) (string, error) {
 	// AMD: the KFD topology's generation (it changes when KFD nodes come and go, as on an
 	// MI300 partition mode switch) and the amdgpu version. Only where KFD exists, so
 	// that an NVIDIA node's key stays as it was. amdtopo=2: AMD GPUs carry their card
-	// node minor (isolate needs it), so a topology cached without it is not reused.
+	// node minor (isolate needs it), amdtopo=3 the node's cores and each GPU's L3 share
+	// (the cpus flag), so a topology cached without them is not reused.
 	if gen := gpubind.KFDGeneration(req.Root); gen != "" {
-		key += fmt.Sprintf("kfd=%s amdgpu=%s amdtopo=2\n", gen, gpubind.AMDDriverVersion(req.Root))
+		key += fmt.Sprintf("kfd=%s amdgpu=%s amdtopo=3\n", gen, gpubind.AMDDriverVersion(req.Root))
 	}
 	return key, nil
 }

@@ -108,9 +108,14 @@ static void key_escaped(struct keybuf *b, const char *s, size_t n)
 	}
 }
 
-/* "name=PATH dev:ino:size:mtime:ctime\n", or "PATH missing(errno)". */
+/*
+ * "name=PATH dev:ino:size:mtime:ctime\n", or "PATH missing(errno)". With
+ * fd >= 0 (the fd trust.c checked and the step then runs or reads) the
+ * identity is that of the fd, not of whatever the path names now: the key
+ * then describes the very file the engine runs from or reads.
+ */
 static void key_file_identity(struct keybuf *b, const char *name,
-			      const char *path)
+			      const char *path, int fd)
 {
 	struct stat st;
 	char tmp[160];
@@ -122,7 +127,7 @@ static void key_file_identity(struct keybuf *b, const char *name,
 		key_str(b, "\n");
 		return;
 	}
-	if (stat(path, &st))
+	if (fd >= 0 ? fstat(fd, &st) : stat(path, &st))
 		(void) snprintf(tmp, sizeof(tmp), " missing(%d)\n", errno);
 	else
 		(void) snprintf(tmp, sizeof(tmp),
@@ -190,8 +195,8 @@ static int option_has_nic(const char *option)
 	return 0;
 }
 
-static int build_key(struct keybuf *b, const char *engine,
-		     const struct gb_request *req)
+static int build_key(struct keybuf *b, const char *engine, int engine_fd,
+		     int snapshot_fd, const struct gb_request *req)
 {
 	const struct gb_config *c = req->conf;
 	char path[2300], confdir[1100], why[256], *text;
@@ -201,7 +206,7 @@ static int build_key(struct keybuf *b, const char *engine,
 	if (!conf[0] && req->env[GB_REQ_SLURM_CONF])
 		conf = req->env[GB_REQ_SLURM_CONF];
 	key_str(b, PC_MAGIC "\n");
-	key_file_identity(b, "engine", engine);
+	key_file_identity(b, "engine", engine, engine_fd);
 	key_file_content(b, "boot", "/proc/sys/kernel/random/boot_id");
 	(void) snprintf(path, sizeof(path), "%s/proc/driver/nvidia/version",
 			c->root);
@@ -215,8 +220,8 @@ static int build_key(struct keybuf *b, const char *engine,
 			c->root);
 	key_glob(b, path);
 	key_str(b, "\n");
-	key_file_identity(b, "snapshot", c->snapshot);
-	key_file_identity(b, "slurm_conf", conf);
+	key_file_identity(b, "snapshot", c->snapshot, snapshot_fd);
+	key_file_identity(b, "slurm_conf", conf, -1);
 	confdir[0] = '\0';
 	if (conf[0]) {
 		char tmp[1100];
@@ -224,7 +229,7 @@ static int build_key(struct keybuf *b, const char *engine,
 		(void) snprintf(tmp, sizeof(tmp), "%s", conf);
 		(void) snprintf(confdir, sizeof(confdir), "%s", dirname(tmp));
 		(void) snprintf(path, sizeof(path), "%s/cgroup.conf", confdir);
-		key_file_identity(b, "cgroup_conf", path);
+		key_file_identity(b, "cgroup_conf", path, -1);
 	}
 	/* The engine's choice of gres.conf (engine.go, plan). */
 	if (c->gres_conf[0])
@@ -233,7 +238,7 @@ static int build_key(struct keybuf *b, const char *engine,
 		(void) snprintf(path, sizeof(path), "%s/gres.conf", confdir);
 	else
 		(void) snprintf(path, sizeof(path), "/etc/slurm/gres.conf");
-	key_file_identity(b, "gres_conf", path);
+	key_file_identity(b, "gres_conf", path, -1);
 	/* The NIC's port state, which only the nic flag reads (ACTIVE port). */
 	if (option_has_nic(req->option)) {
 		glob_t g;
@@ -279,7 +284,7 @@ static int depends_ids(struct keybuf *b, const struct gb_table *t,
 		if (begun && !stat(t->depends[i], &st) &&
 		    ns_of(&st.st_ctim) >= ns_of(begun) - PC_SETTLE_NS)
 			return -1;
-		key_file_identity(b, "depends", t->depends[i]);
+		key_file_identity(b, "depends", t->depends[i], -1);
 	}
 	*why = "";
 	return b->bad ? -1 : 0;
@@ -336,6 +341,7 @@ void gb_plancache_end(struct gb_plancache *pc)
 }
 
 void gb_plancache_begin(struct gb_plancache *pc, const char *engine,
+			int engine_fd, int snapshot_fd,
 			const struct gb_request *req)
 {
 	const struct gb_config *c = req->conf;
@@ -357,7 +363,7 @@ void gb_plancache_begin(struct gb_plancache *pc, const char *engine,
 		return;
 	}
 	/* rc 1: no cache_dir yet; the engine creates it, put() then writes. */
-	if (build_key(&b, engine, req)) {
+	if (build_key(&b, engine, engine_fd, snapshot_fd, req)) {
 		free(b.p);
 		gb_info("plan cache not used: the key is %d bytes or more (step environment too large to cache), or memory ran out",
 			PC_KEY_MAX);

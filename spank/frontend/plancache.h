@@ -40,10 +40,14 @@ struct gb_request;
  * entry also holds the identity of every file its table's "depends" lines
  * name (included configuration files too), and a hit needs them unchanged.
  * The request's settings give cache_dir and plan_cache=N (entries, 0 = off).
+ * The engine and the snapshot are keyed by the fds trust.c checked
+ * (engine_fd, snapshot_fd; -1: none, then by path): the key names the file
+ * the step runs from or reads, not whatever the path leads to a moment later.
  * Never fails the step: on any problem the cache is just not used (and the
  * log says why).
  */
 void gb_plancache_begin(struct gb_plancache *pc, const char *engine,
+			int engine_fd, int snapshot_fd,
 			const struct gb_request *req);
 
 /*

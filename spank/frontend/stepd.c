@@ -364,7 +364,7 @@ static int plan_step(spank_t sp, const char *option)
 		return plan_failed("cannot build the plan request");
 	}
 	/* A step shape planned before: its table, no launcher. */
-	gb_plancache_begin(&pc, launcher, &req);
+	gb_plancache_begin(&pc, launcher, lfd, sfd, &req);
 	rc = 0;
 	if (!gb_plancache_get(&pc, step.local_task_count, &step.plan)) {
 		char memo[1000];

@@ -25,11 +25,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpubind/gpubind/tests/testbuild"
 )
 
 // Config describes a cluster. The zero value is one node, nproc CPUs, task/none and 8 GPUs.
@@ -73,6 +76,7 @@ type Cluster struct {
 	MungeSocket   string   // munged socket in use: the private one in Dir/munge, or a reused system one
 
 	cfg       Config
+	sanitize  []string // testbuild.SanitizeEnv: what Slurm's programs need for the sanitizer build
 	mu        sync.Mutex
 	daemons   []*daemon
 	cgroupLck bool
@@ -159,6 +163,10 @@ func StartT(t testing.TB, cfg Config) *Cluster {
 }
 
 func start(cfg Config) (_ *Cluster, err error) {
+	sanitize, err := testbuild.SanitizeEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
 	parent := cfg.ParentTempDir
 	if parent == "" {
 		parent = devTempDir()
@@ -188,6 +196,7 @@ func start(cfg Config) (_ *Cluster, err error) {
 		DevDir:        filepath.Join(dir, "dev"),
 		Name:          "gpb" + hex.EncodeToString(suffix),
 		cfg:           cfg,
+		sanitize:      sanitize,
 	}
 	for i := 1; i <= cfg.Nodes; i++ {
 		c.NodeNames = append(c.NodeNames, fmt.Sprintf("node%d", i))
@@ -235,7 +244,9 @@ func start(cfg Config) (_ *Cluster, err error) {
 	}
 	if cfg.usesCgroups() {
 		// Slurm names its cgroups slurm_<node>: two clusters with node1 would share them.
-		if err := acquireCgroupLock(dir, 10*time.Minute); err != nil {
+		// `make test` runs the passes of its Slurm matrix side by side, so waiting here is
+		// normal; the wait ends within go test's -timeout (20m) in make test.
+		if err := acquireCgroupLock(dir, 20*time.Minute); err != nil {
 			return c, err
 		}
 		c.cgroupLck = true
@@ -383,7 +394,8 @@ func (c *Cluster) startMunge() error {
 }
 
 // daemonEnv is the environment of the daemons: the caller's without SLURM_* variables
-// (a caller inside a job of another cluster would leak its ids), plus SLURM_CONF and the marker.
+// (a caller inside a job of another cluster would leak its ids), plus SLURM_CONF and the marker,
+// and for the sanitizer build the ASan runtime (testbuild.SanitizeEnv; tasks inherit it from srun).
 func (c *Cluster) daemonEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -393,6 +405,7 @@ func (c *Cluster) daemonEnv() []string {
 		env = append(env, kv)
 	}
 	env = append(env, "SLURM_CONF="+c.ConfPath, MarkerEnv+"="+c.Dir)
+	env = append(env, c.sanitize...)
 	if p := c.cfg.SlurmPrefix; p != "" {
 		// Scripts run by sbatch and tasks that call srun/scontrol must find this Slurm.
 		for i, kv := range env {
@@ -438,6 +451,11 @@ func (c *Cluster) startDaemon(name, bin string, args ...string) error {
 	defer out.Close()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = c.daemonEnv()
+	if name == "slurmctld" || name == "munged" {
+		// They load no SPANK plugin, so the sanitizer build's runtime stays out of them:
+		// what they do wrong is Slurm's and munge's, not this project's (docs/security.md).
+		cmd.Env = slices.DeleteFunc(cmd.Env, func(kv string) bool { return slices.Contains(c.sanitize, kv) })
+	}
 	cmd.Dir = c.Dir
 	cmd.Stdout, cmd.Stderr = out, out
 	// Own session: a Ctrl-C in the caller's terminal must not reach the daemons.
@@ -516,7 +534,12 @@ func Load(dir string) (*Cluster, error) {
 	if abs, err := filepath.Abs(dir); err != nil || abs != st.Dir {
 		return nil, fmt.Errorf("cluster: %s describes %s, not %s", p, st.Dir, dir)
 	}
+	sanitize, err := testbuild.SanitizeEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
 	return &Cluster{
+		sanitize:      sanitize,
 		Dir:           st.Dir,
 		ConfPath:      filepath.Join(st.Dir, "slurm.conf"),
 		GresConfPath:  filepath.Join(st.Dir, "gres.conf"),

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"fmt"
 	"regexp"
 	"sort"
 	"strconv"
@@ -161,4 +162,100 @@ func sortedInts(s []string) []string {
 		return a < b
 	})
 	return out
+}
+
+// TestAMDCPUs: the cpus flag on an AMD node binds each task to its GCD's cores, not to
+// the whole NUMA node (issue 38 item 5). A real Slurm (task/cgroup+task/affinity,
+// proctrack/cgroup, ConstrainCores and ConstrainDevices) runs two tasks with
+// --cpu-bind=none (Slurm binds no CPUs, so the cpus flag applies) on GRES 0,1 = GCDs 4
+// and 5, both on NUMA 0. The plugin reads the frontier-l3-2cpu fixture: NUMA 0 is
+// CPUs 0-1, each CPU a core with an L3 of its own, as GCDs 4 and 5 have one CCD each on
+// a real node. Without Cores= in gres.conf the L3 split gives GCD 4 CPU 0 and GCD 5
+// CPU 1; with Cores= (Slurm's logical core numbers) the admin's word wins: here
+// swapped, GCD 4 Cores=1 and GCD 5 Cores=0. The node's gres.conf lists GCDs 4 and 5
+// only (Slurm's choice among GPUs with Cores= follows core affinity, and the test
+// must know which GCDs the step gets).
+func TestAMDCPUs(t *testing.T) {
+	line := plugLine(t, "root="+fixture("frontier-l3-2cpu"), "source=sysfs")
+	gresOrder := []int{4, 5}
+	for _, tc := range []struct {
+		name string
+		gres []string
+		want map[int]string // GCD -> the task's CPUs
+	}{
+		{"L3 split", nil, map[int]string{4: "0", 5: "1"}},
+		{"gres.conf Cores=", []string{"Cores=1", "Cores=0"}, map[int]string{4: "1", 5: "0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := cluster.Config{CPUs: 2, TaskPlugin: "task/cgroup,task/affinity", Proctrack: "proctrack/cgroup",
+				ConstrainDevices: true, AMD: true, GPUs: 2, GresOrder: gresOrder, PlugStack: []string{line}}
+			if tc.gres != nil {
+				for i, gcd := range gresOrder {
+					l := "Name=gpu File=@DEV@/renderD" + strconv.Itoa(128+gcd)
+					if i < len(tc.gres) {
+						l += " " + tc.gres[i]
+					}
+					cfg.GresConf = append(cfg.GresConf, l)
+				}
+			}
+			c := cluster.StartT(t, cfg)
+			script := `echo "C $SLURM_PROCID ${GPUBIND_GPUS:--} ${ROCR_VISIBLE_DEVICES:--} $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)"`
+			out, errOut, err := c.Srun(ctx(t), "-n2", "--gpus=2", "--cpu-bind=none", "--gpu-bind-topo=closest,cpus,verbose", "sh", "-c", script)
+			if err != nil {
+				t.Fatalf("srun: %v\n%s\n%s", err, out, errOut)
+			}
+			lines := regexp.MustCompile(`(?m)^C (\d+) (\S+) (\S+) (\S+)$`).FindAllStringSubmatch(out, -1)
+			if len(lines) != 2 {
+				t.Fatalf("%d task lines, want 2:\n%s\n%s", len(lines), out, errOut)
+			}
+			seen := map[int]bool{}
+			for _, m := range lines {
+				gcd, err := strconv.Atoi(m[2])
+				want, ok := tc.want[gcd]
+				if err != nil || !ok || seen[gcd] {
+					t.Errorf("task %s got GCD %s, want one of GCDs 4, 5 each once\n%s", m[1], m[2], errOut)
+					continue
+				}
+				seen[gcd] = true
+				if m[4] != want {
+					t.Errorf("task %s (GCD %d, ROCR_VISIBLE_DEVICES=%s) runs on CPUs %s, want %s (not NUMA 0's 0-1)\n%s", m[1], gcd, m[3], m[4], want, errOut)
+				}
+			}
+		})
+	}
+}
+
+// TestAMDMI300XCPX: an MI300X node in CPX mode (fixture mi300x-cpx: 2 devices x 8 compute
+// partitions, each a KFD node with a render node of its own, sharing the device's bus id
+// and UUID) under a real Slurm with ConstrainDevices and gres.conf listing the 16
+// partitions' render nodes. A 2-task step of 2 GPUs gets partitions 0 and 1 of the first
+// device: each task its own in ROCR_VISIBLE_DEVICES (ROCr numbers the step's partitions
+// in KFD order), both render nodes openable and no other, and the mapping line names
+// the partition by XCP and render node, since the bus id does not tell them apart.
+func TestAMDMI300XCPX(t *testing.T) {
+	line := plugLine(t, "root="+fixture("mi300x-cpx"), "source=sysfs")
+	var order []int
+	for i := 0; i < 16; i++ {
+		order = append(order, i)
+	}
+	c := cluster.StartT(t, cluster.Config{CPUs: 2, TaskPlugin: "task/cgroup,task/affinity", Proctrack: "proctrack/cgroup",
+		ConstrainDevices: true, AMD: true, GPUs: 16, GresOrder: order, PlugStack: []string{line}})
+	out, errOut, err := c.Srun(ctx(t), "-n2", "--gpus=2", "--cpu-bind=map_cpu:0,1", "--gpu-bind-topo=closest,verbose", "sh", "-c", amdScript(c))
+	if err != nil {
+		t.Fatalf("srun: %v\n%s\n%s", err, out, errOut)
+	}
+	seen := map[int]bool{}
+	for _, k := range parseAMD(t, out, 2) {
+		if k.gcd < 0 || k.gcd > 1 || seen[k.gcd] || k.rocr != strconv.Itoa(k.gcd) || k.hip != "0" || k.bus != "0000:05:00.0" ||
+			strings.Join(sortedInts(strings.Split(k.open, ",")), ",") != "0,1" || k.kfd != "yes" {
+			t.Errorf("task %d: partition %d ROCR_VISIBLE_DEVICES=%s HIP=%s bus %s opens %s kfd %s; want partition 0 or 1 of 0000:05:00.0, each once, ROCr = its KFD index, render nodes 0,1",
+				k.rank, k.gcd, k.rocr, k.hip, k.bus, k.open, k.kfd)
+			continue
+		}
+		seen[k.gcd] = true
+		want := fmt.Sprintf("(rank %d): ROCR_VISIBLE_DEVICES=%d -> GPU %d 0000:05:00.0 xcp %d renderD%d GPU-", k.rank, k.gcd, k.gcd, k.gcd, 128+k.gcd)
+		if !strings.Contains(errOut, want) {
+			t.Errorf("no mapping line %q in:\n%s", want, errOut)
+		}
+	}
 }

@@ -217,7 +217,10 @@ func want(t *testing.T, out, errOut, tag string, n int) map[int][]string {
 // The plugin's verbose mapping line of a task with one GPU.
 var mapLine = regexp.MustCompile(`gpubind: task (\d+) \(rank (\d+)\): CUDA_VISIBLE_DEVICES=(\S+) -> GPU (\d+) (\S+) (\S+) NUMA (\d+)`)
 
+// TestSrun runs in parallel with TestSrunErrors, each on a cluster of its own (the package's
+// other tests are sequential and run first).
 func TestSrun(t *testing.T) {
+	t.Parallel()
 	needPython(t, "torch", "torch.distributed")
 	c := startCluster(t)
 	two := []string{"--mpi=pmix", "-N2", "-n4", "--ntasks-per-node=2"}
@@ -358,8 +361,17 @@ func TestSrun(t *testing.T) {
 			}
 		})
 	}
+}
 
-	// Errors: each rank prints the error (the Python package's Error class) it got.
+// TestSrunErrors: each rank prints the error (the Python package's Error class) it got. The
+// cases run side by side, on a cluster of their own, in parallel with TestSrun: the timeout
+// cases spend most of a minute waiting (the late rank then waits in Slurm's mpi/pmix, which
+// retries its messages to the other node's slurmstepd, gone with its timed-out ranks, for
+// 31.5 s; no Slurm setting changes that: tests/helper TestSrunTimeouts).
+func TestSrunErrors(t *testing.T) {
+	t.Parallel()
+	needPython(t, "torch", "torch.distributed")
+	c := startCluster(t)
 	for _, tc := range []struct {
 		name  string
 		args  []string
@@ -382,7 +394,8 @@ func TestSrun(t *testing.T) {
 		{"torchrun worker", []string{"--mpi=pmix", "-N1", "-n1"}, []string{"TORCHELASTIC_RUN_ID=job7"},
 			[]string{"expect", "init"}, []int{0}, "None", "TORCHELASTIC_RUN_ID=job7 is set"},
 	} {
-		t.Run("error/"+tc.name, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			start := time.Now()
 			out, errOut := srun(t, c, tc.env, tc.args, tc.mode...)
 			got := lines(out, "ERROR")

@@ -48,18 +48,25 @@ func build(t testing.TB) {
 		bin.swapper = filepath.Join(dir, "swapper")
 		bin.launchers = map[string]string{}
 		testengine := filepath.Join(root, "tests/spankhost/csrc/testengine.c")
+		cc := func(args ...string) []string {
+			return append([]string{"gcc", "-Wall", "-Wextra", "-Werror", "-O2"}, args...)
+		}
+		// The sanitizer build (testbuild.Sanitize): the host is built with ASan and UBSan, so
+		// the runtime comes first and the plugin's sanitizer build loads into it as into
+		// slurmstepd. The launchers stay plain programs: the plugin starts them with its own
+		// environment (no ASAN_OPTIONS), and launcher_crash must die by its signal.
+		host := append(cc("-rdynamic"), testbuild.SanitizeCFlags()...)
 		steps := [][]string{
 			testbuild.FrontendMake(dir),
-			{"gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-rdynamic", "-o", bin.host,
-				filepath.Join(root, "tests/spankhost/csrc/host.c"), "-ldl", "-lpthread"},
-			{"gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-shared", "-fPIC", "-DMODE_TABLE", "-o", bin.dlopenLib, testengine},
-			{"gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-o", bin.swapper, filepath.Join(root, "tests/spankhost/csrc/swapper.c")},
+			append(host, "-o", bin.host, filepath.Join(root, "tests/spankhost/csrc/host.c"), "-ldl", "-lpthread"),
+			cc("-shared", "-fPIC", "-DMODE_TABLE", "-o", bin.dlopenLib, testengine),
+			cc("-o", bin.swapper, filepath.Join(root, "tests/spankhost/csrc/swapper.c")),
 		}
 		for _, m := range []string{"table", "crash", "hang", "garbage", "truncated", "huge", "linger", "frozen", "probe"} {
 			exe := filepath.Join(dir, "launcher_"+m)
 			bin.launchers[m] = exe
-			steps = append(steps, []string{"gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-DGB_TEST_LAUNCHER",
-				"-DMODE_" + strings.ToUpper(m), "-o", exe, testengine, filepath.Join(root, "spank/engine/launcher.c")})
+			steps = append(steps, cc("-DGB_TEST_LAUNCHER", "-DMODE_"+strings.ToUpper(m), "-o", exe, testengine,
+				filepath.Join(root, "spank/engine/launcher.c")))
 		}
 		steps = append(steps, []string{"go", "build", "-buildmode=c-shared", "-o", bin.goEngine, "./tests/spankhost/goengine"},
 			[]string{"go", "build", "-o", bin.goLauncher, "./tests/spankhost/goengine"},

@@ -359,6 +359,19 @@ func parseLine(t *gpubind.Table, key, rest string, seen map[string]bool) error {
 			}
 			t.Near[g], err = parseIDList(f[1], gpubind.MaxTableGPUs)
 		}
+	case "part":
+		if err = want(2); err == nil {
+			var g, x int
+			if g, err = atoiRange(f[0], 0, len(t.GPUs)-1); err != nil {
+				return fmt.Errorf("gpu id %w (after its gpu line)", err)
+			}
+			if t.GPUs[g].Part != nil {
+				return fmt.Errorf("part %d given twice", g)
+			}
+			if x, err = atoiRange(f[1], 0, 7); err == nil {
+				t.GPUs[g].Part = &x
+			}
+		}
 	case "card":
 		if err = want(2); err == nil {
 			var g, m int

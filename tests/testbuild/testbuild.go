@@ -51,11 +51,60 @@ func slurmPrefix() string {
 }
 
 // FrontendMake is the command that builds spank_gpubind.so into dir for slurmPrefix's Slurm,
-// its default launcher dir/gpubind-launcher (LauncherBuild).
+// its default launcher dir/gpubind-launcher (LauncherBuild); with ASan and UBSan when Sanitize.
 func FrontendMake(dir string) []string {
 	root := RepoRoot()
-	return []string{"make", "-s", "-C", filepath.Join(root, "spank", "frontend"), "BUILD=" + dir,
+	cmd := []string{"make", "-s", "-C", filepath.Join(root, "spank", "frontend"), "BUILD=" + dir,
 		"SLURM_PREFIX=" + slurmPrefix(), "GB_LAUNCHER=" + filepath.Join(dir, LauncherName)}
+	if Sanitize() {
+		cmd = append(cmd, "SANITIZE=1")
+	}
+	return cmd
+}
+
+// SanitizeVar is the environment variable that turns on the sanitizer build of the tests
+// (`make test SANITIZE=1` sets it; docs/security.md).
+const SanitizeVar = "GPUBIND_SANITIZE"
+
+// Sanitize reports whether the C front end and the test programs that load it are built with
+// AddressSanitizer and UndefinedBehaviorSanitizer (SanitizeVar=1).
+func Sanitize() bool { return os.Getenv(SanitizeVar) == "1" }
+
+// SanitizeCFlags are gcc's flags for a C test program or library of the sanitizer build
+// (none without Sanitize): the same sanitizers as the front end's SANITIZE=1, so that a
+// program built with them loads the plugin with the ASan runtime first.
+func SanitizeCFlags() []string {
+	if !Sanitize() {
+		return nil
+	}
+	return []string{"-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"}
+}
+
+// SanitizeEnv is what the Slurm programs of a test cluster (slurmd, slurmstepd, srun) need
+// in their environment to load the sanitizer build of the plugin (none without Sanitize).
+// They are not built with ASan, and ASan must be the first library of a process: a plugin
+// that brings it in by dlopen aborts ("ASan runtime does not come first"). So gcc's libasan
+// is preloaded. Leak checking is off in them: Slurm's own programs do not free all they
+// allocate before they exit, and that is not this project's to report (the spankhost, built
+// with ASan, checks the plugin for leaks). Reports go where ASAN_OPTIONS's log_path says
+// (`make test SANITIZE=1` sets it), since slurmstepd's stderr goes nowhere.
+func SanitizeEnv() ([]string, error) {
+	if !Sanitize() {
+		return nil, nil
+	}
+	out, err := exec.Command("gcc", "-print-file-name=libasan.so").Output()
+	lib := strings.TrimSpace(string(out))
+	if err != nil || !filepath.IsAbs(lib) {
+		return nil, fmt.Errorf("sanitizer build: gcc -print-file-name=libasan.so: %q, %v (make deps installs gcc)", lib, err)
+	}
+	if lib, err = filepath.EvalSymlinks(lib); err != nil {
+		return nil, fmt.Errorf("sanitizer build: the ASan runtime: %w", err)
+	}
+	opts := "detect_leaks=0"
+	if o := os.Getenv("ASAN_OPTIONS"); o != "" {
+		opts = o + ":" + opts
+	}
+	return []string{"LD_PRELOAD=" + lib, "ASAN_OPTIONS=" + opts}, nil
 }
 
 // Run runs each command in dir and stops at the first failure, whose error holds the

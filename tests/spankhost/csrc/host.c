@@ -140,6 +140,7 @@ static void env_put(const char *name, const char *val)
 		abort();
 	for (int i = 0; i < nenv; i++)
 		if (!strncmp(env[i], name, l) && env[i][l] == '=') {
+			free(env[i]);
 			env[i] = kv;
 			return;
 		}
@@ -681,6 +682,8 @@ int main(int argc, char **argv)
 				ok++;
 		printf("tasks ok=%d failed=%d\n", ok, (int) ntasks - ok);
 		printf("post_fork calls=%d\n", postfork);
+		free(pids);
+		free(st);
 	}
 	fn = sym(h, "slurm_spank_exit");
 	if (fn)
