@@ -145,7 +145,7 @@ cg=; while read -r l; do case "$l" in *:devices:*|0::*) cg="$cg${cg:+;}$l";; esa
 echo "OCI rank=$SLURM_PROCID where=$(test -e /etc/gpubind-test-image && echo inside || echo outside) CVD=${CUDA_VISIBLE_DEVICES:--} BUS=${GPUBIND_PCI_BUS_IDS:--} opens=${o:--} cgroup=${cg:--}"
 gpubind whereami --json --dev "$1" $2 2>&1 | { w=; while read -r l; do w="$w$l"; done; echo "OCIW rank=$SLURM_PROCID $w"; }
 if [ -x /probe/cudaprobe ]; then /probe/cudaprobe; fi
-if command -v nvidia-smi >/dev/null; then nvidia-smi -L | sed 's/^/SMI /'; fi
+if command -v nvidia-smi >/dev/null; then nvidia-smi -L | while read -r l; do echo "SMI $l"; done; fi
 EOF
 cp "$rootfs/probe/task.sh" "$oci/task.sh"
 chmod -R a+rX "$oci/bundle"
