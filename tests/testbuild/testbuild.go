@@ -62,13 +62,13 @@ func FrontendMake(dir string) []string {
 	return cmd
 }
 
-// SanitizeVar is the environment variable that turns on the sanitizer build of the tests
+// sanitizeVar is the environment variable that turns on the sanitizer build of the tests
 // (`make test SANITIZE=1` sets it; docs/security.md).
-const SanitizeVar = "GPUBIND_SANITIZE"
+const sanitizeVar = "GPUBIND_SANITIZE"
 
 // Sanitize reports whether the C front end and the test programs that load it are built with
-// AddressSanitizer and UndefinedBehaviorSanitizer (SanitizeVar=1).
-func Sanitize() bool { return os.Getenv(SanitizeVar) == "1" }
+// AddressSanitizer and UndefinedBehaviorSanitizer (sanitizeVar=1).
+func Sanitize() bool { return os.Getenv(sanitizeVar) == "1" }
 
 // SanitizeCFlags are gcc's flags for a C test program or library of the sanitizer build
 // (none without Sanitize): the same sanitizers as the front end's SANITIZE=1, so that a
