@@ -46,6 +46,20 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	pkgDir = d
+	// The fixture is copied where the job's user can read it: the checkout may sit in a
+	// directory only root may enter (.ci/run's clone in a mktemp -d folder, a home directory),
+	// and enroot, run as that user, mounts it into the container.
+	fixture := filepath.Join(repo(), "tests/fixtures/dgxh100-2cpu")
+	if out, err := exec.Command("cp", "-a", fixture, d).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "tests/containers: copying %s to %s: %v\n%s", fixture, d, err, out)
+		os.RemoveAll(d)
+		os.Exit(1)
+	}
+	if out, err := exec.Command("chmod", "-R", "a+rX", fixtureRoot()).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "tests/containers: chmod -R a+rX %s: %v\n%s", fixtureRoot(), err, out)
+		os.RemoveAll(d)
+		os.Exit(1)
+	}
 	rc := m.Run()
 	os.RemoveAll(d)
 	os.Exit(rc)
@@ -54,8 +68,9 @@ func TestMain(m *testing.M) {
 func repo() string { return testbuild.RepoRoot() }
 
 // fixtureRoot is the machine the plugin sees (root= of its plugstack line): a DGX H100 with
-// 2 CPUs, GPU minors 0..7, UUIDs in proc/driver/nvidia/gpus/*/information.
-func fixtureRoot() string { return filepath.Join(repo(), "tests/fixtures/dgxh100-2cpu") }
+// 2 CPUs, GPU minors 0..7, UUIDs in proc/driver/nvidia/gpus/*/information; TestMain's copy of
+// tests/fixtures/dgxh100-2cpu that every user may read.
+func fixtureRoot() string { return filepath.Join(pkgDir, "dgxh100-2cpu") }
 
 // needRuntimes skips without root. Without the runtimes (no cached build, and no
 // CONTAINERS_SRC_DIR to build from) runtimes fails with build.sh's message: never a skip.
