@@ -190,13 +190,10 @@ func whereami(root, dev string, lookup func(string) (string, bool), self bool, n
 	if err != nil {
 		return nil, err
 	}
-	byBus := map[string]int{}
-	for i, g := range topo.GPUs {
-		byBus[g.BusID] = i
-	}
+	find := topoFinder(topo, amd)
 	for k, g := range vis {
 		wg := whereGPU{VisibleIndex: k, Index: -1, BusID: g.BusID, UUID: g.UUID, NUMA: -1, Openable: true}
-		if i, ok := byBus[g.BusID]; ok && g.BusID != "" {
+		if i, ok := find(g); ok {
 			wg.Index, wg.NUMA = topo.GPUs[i].Index, topo.GPUs[i].NUMA
 		}
 		if g.Minor >= 0 && !amd { // amdVisible keeps only the render nodes it can open
@@ -221,10 +218,31 @@ func whereami(root, dev string, lookup func(string) (string, bool), self bool, n
 	if nv != nil {
 		checkNVML(rep, nv, vis, warn)
 	}
-	checkCPUs(rep, topo, cpus, byBus, vis, warn)
+	checkCPUs(rep, topo, cpus, find, vis, warn)
 	checkClaim(rep, getenv, vis, usable, warn)
-	checkNIC(rep, topo, byBus, vis, getenv, warn)
+	checkNIC(rep, topo, find, vis, getenv, warn)
 	return rep, nil
+}
+
+// gpuFinder finds a GPU the task sees in the node's topology, by its index there.
+type gpuFinder func(cudavis.GPU) (int, bool)
+
+// topoFinder matches by render minor on AMD nodes, where the compute partitions of an MI300
+// share their device's bus id (and only their render nodes tell them apart), and by bus id
+// on NVIDIA nodes.
+func topoFinder(topo *gpubind.Topology, amd bool) gpuFinder {
+	return func(g cudavis.GPU) (int, bool) {
+		for i, tg := range topo.GPUs {
+			if amd && g.Minor >= 0 {
+				if tg.Minor == g.Minor {
+					return i, true
+				}
+			} else if g.BusID != "" && tg.BusID == g.BusID {
+				return i, true
+			}
+		}
+		return -1, false
+	}
 }
 
 // checkNVML compares NVML's view inside the task with the GPUs CUDA will show: NVML lists
@@ -255,7 +273,7 @@ func checkNVML(rep *whereReport, nv func() (*gpubind.Topology, error), vis []cud
 }
 
 // checkCPUs: the task's CPUs against its first GPU's, and across NUMA nodes.
-func checkCPUs(rep *whereReport, topo *gpubind.Topology, cpus gpubind.CPUSet, byBus map[string]int, vis []cudavis.GPU, warn func(string, ...any)) {
+func checkCPUs(rep *whereReport, topo *gpubind.Topology, cpus gpubind.CPUSet, find gpuFinder, vis []cudavis.GPU, warn func(string, ...any)) {
 	var nodes []string
 	for _, n := range topo.NUMA {
 		if !cpus.Intersect(n.CPUs).IsEmpty() {
@@ -268,7 +286,7 @@ func checkCPUs(rep *whereReport, topo *gpubind.Topology, cpus gpubind.CPUSet, by
 	if len(vis) == 0 {
 		return
 	}
-	i, ok := byBus[vis[0].BusID]
+	i, ok := find(vis[0])
 	if !ok {
 		return
 	}
@@ -318,7 +336,7 @@ func checkClaim(rep *whereReport, getenv func(string) string, vis, usable []cuda
 
 // checkNIC: the NIC nearest the first GPU, and NCCL_IB_HCA against the node's rails (the
 // NICs nearest its GPUs): NCCL wants one list on every rank, holding each GPU's rail.
-func checkNIC(rep *whereReport, topo *gpubind.Topology, byBus map[string]int, vis []cudavis.GPU, getenv func(string) string, warn func(string, ...any)) {
+func checkNIC(rep *whereReport, topo *gpubind.Topology, find gpuFinder, vis []cudavis.GPU, getenv func(string) string, warn func(string, ...any)) {
 	rails := map[string]bool{}
 	var railList []string
 	for i := range topo.GPUs {
@@ -329,7 +347,7 @@ func checkNIC(rep *whereReport, topo *gpubind.Topology, byBus map[string]int, vi
 	}
 	sort.Strings(railList)
 	if len(vis) > 0 {
-		if i, ok := byBus[vis[0].BusID]; ok {
+		if i, ok := find(vis[0]); ok {
 			rep.NIC = topo.NICPort(topo.ClosestNIC(i))
 		}
 	}

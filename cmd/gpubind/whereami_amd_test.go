@@ -78,3 +78,25 @@ func TestWhereamiAMDCompacted(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, rep.Warnings)
 }
+
+// MI300X in CPX mode: the 8 partitions of a device share its bus id, and only their render
+// nodes tell them apart. ROCR_VISIBLE_DEVICES=9 is partition 1 of the second device
+// (renderD137): whereami must name GPU 9, not another partition on the same bus.
+func TestWhereamiAMDPartitions(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mknod fake render nodes")
+	}
+	root := whereRootOf(t, "mi300x-cpx", "0")
+	dev := filepath.Join(t.TempDir(), "dev")
+	require.NoError(t, os.MkdirAll(filepath.Join(dev, "dri"), 0o755))
+	for m := 128; m < 144; m++ {
+		p := filepath.Join(dev, "dri", fmt.Sprintf("renderD%d", m))
+		require.NoError(t, unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(226, uint32(m)))))
+	}
+	for _, want := range []int{0, 1, 9, 15} {
+		rep, err := whereami(root, dev, lookupOf(map[string]string{"ROCR_VISIBLE_DEVICES": fmt.Sprint(want)}), false, nil)
+		require.NoError(t, err)
+		require.Len(t, rep.GPUs, 1)
+		assert.Equal(t, want, rep.GPUs[0].Index, "ROCR_VISIBLE_DEVICES=%d", want)
+	}
+}
