@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -52,6 +53,12 @@ func hostRun(t *testing.T, limit time.Duration, flags []string, args ...string) 
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin.host, all...)
+	// The host's tasks and launcher inherit its stdout: a hung child would hold the pipe open
+	// and Run would wait past the limit for good. So the host leads a process group, the
+	// whole group is killed at the limit, and Run stops reading soon after.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
 	var so, se strings.Builder
 	cmd.Stdout, cmd.Stderr = &so, &se
 	if err := cmd.Run(); err != nil {

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpubind/gpubind/tests/testbuild"
 )
 
 // The engine must start even while another slurmstepd thread holds the
@@ -18,6 +20,9 @@ func TestPlanWhileAHostThreadHoldsTheLoaderLock(t *testing.T) {
 
 // The same with a host thread looping dlopen and dlclose.
 func TestPlanWhileAHostThreadLoopsDlopen(t *testing.T) {
+	if testbuild.Sanitize() {
+		t.Skip("sanitizer build: gcc 12's ASan allocator takes no lock around fork, and the host thread's dlopen/dlclose loop mallocs all the time, so a child forked meanwhile can hang in it for good (one step of .ci/run's sanitizer pass did, for 19 minutes); the plain build runs this test, and TestPlanWhileAHostThreadHoldsTheLoaderLock runs in the sanitizer build")
+	}
 	build(t)
 	testLoaderBusy(t, bin.dlopenLib)
 }
@@ -25,9 +30,9 @@ func TestPlanWhileAHostThreadLoopsDlopen(t *testing.T) {
 func testLoaderBusy(t *testing.T, busy string) {
 	const steps = 100
 	p := dgxPlan(t, 2, "-")
-	ok := 0
+	ok, ran := 0, 0
 	var fails []string
-	for i := 0; i < steps; i++ {
+	for ; ran < steps; ran++ {
 		r, err := hostRun(t, 60*time.Second, []string{"-q", "-n", "2", "-T", busy, "-o", "closest"},
 			planArgs(t, "table", "snapshot="+p, "plan_cache=0", "timeout=3000", "mode=enforce")...)
 		// A failed plan shows at task_init: under mode=enforce the tasks fail.
@@ -36,16 +41,18 @@ func testLoaderBusy(t *testing.T, busy string) {
 			ok++
 			continue
 		}
-		if len(fails) < 3 {
-			msg := r.stderr
-			if err != nil {
-				msg = err.Error()
-			}
-			fails = append(fails, tail(msg))
+		msg := r.stderr
+		if err != nil {
+			msg = err.Error()
+		}
+		fails = append(fails, tail(msg))
+		if len(fails) == 3 {
+			ran++
+			break // the test has failed; a hung step costs a minute each
 		}
 	}
 	if ok != steps {
-		t.Fatalf("%d of %d steps planned with a host thread busy in the loader (%s); first failures:\n%s",
-			ok, steps, busy, strings.Join(fails, "\n---\n"))
+		t.Fatalf("%d of %d steps planned with a host thread busy in the loader (%s; stopped after %d of %d); failures:\n%s",
+			ok, ran, busy, ran, steps, strings.Join(fails, "\n---\n"))
 	}
 }
