@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Runs section 6 of tests/gpu/slurm.sh (tests/gpu/containers.sh, Slurm's OCI containers) here,
-# without a GPU: a private cluster (tests/cluster) with one fake GPU as GRES, the plugin on the
-# fixture dgxh100-2cpu, runc from GPU_OCI_RUNC, else .gpu/oci/runc.gz unpacked (slurm-bundle.sh),
-# else Debian's. It checks the logic up to the CUDA checks, which FAIL here by design ("no CUDA
-# probe"): a run that shows only those FAILs has everything else working.
+# Runs sections 6 and 7 of tests/gpu/slurm.sh (tests/gpu/containers.sh, Slurm's OCI containers;
+# tests/gpu/enroot.sh, pyxis + enroot) here, without a GPU: a private cluster (tests/cluster)
+# with one fake GPU as GRES, the plugin on the fixture dgxh100-2cpu, runc from GPU_OCI_RUNC,
+# else .gpu/oci/runc.gz unpacked (slurm-bundle.sh), else Debian's; pyxis and enroot as
+# slurm-bundle.sh packs them, else as tests/containers/build.sh installs them. It checks the
+# logic up to the CUDA checks, which FAIL here by design ("no CUDA probe"): a run that shows
+# only those FAILs has everything else working.
 #
 #   tests/gpu/containers-local.sh [SLURM_PREFIX]        (root; default $SLURM_PREFIX, else 26.05.3)
 set -uo pipefail
@@ -36,8 +38,16 @@ fi
 [[ -x ${GPU_OCI_RUNC:-} ]] || GPU_OCI_RUNC=$(command -v runc)
 export GPU_OCI_RUNC
 fix=$root/tests/fixtures/dgxh100-2cpu
+# pyxis and enroot: the bundle's (slurm-bundle.sh), as the GPU run unpacks them, where it was
+# made for this Slurm; else tests/containers/build.sh's install, copied.
+if [[ ! -f $bundle/containers/enroot-pyxis.tar.gz || $(cat "$bundle/prefix" 2>/dev/null) != "$prefix" ]]; then
+	GPU_ENROOT_FROM=$(tests/containers/build.sh "$prefix" | tail -1) || { echo "FAIL: tests/containers/build.sh"; exit 1; }
+fi
+# pyxis runs enroot from slurmstepd's PATH: section 7 puts it in $work/enroot.
+export PATH=$work/enroot/bin:$PATH
+plug="required $work/plugin/spank_gpubind.so cache_dir=$work root=$fix source=sysfs"
 dir=$(SLURM_PREFIX=$prefix tests/cluster/cluster.sh start -cpus 8 -gpus 1 -task task/cgroup,task/affinity \
-	-constrain-devices -plugstack "required $work/plugin/spank_gpubind.so cache_dir=$work root=$fix source=sysfs" | tail -1)
+	-constrain-devices -plugstack "$plug" | tail -1)
 [[ -d $dir ]] || { echo "FAIL: cluster did not start"; exit 1; }
 trap 'tests/cluster/cluster.sh stop "$dir" >/dev/null 2>&1; rm -rf "$out"' EXIT
 eval "$(build/testcluster env "$dir")"
@@ -54,6 +64,10 @@ echo "the task's GPU: $gpu_bus $gpu_uuid"
 oci_cudaprobe=/nonexistent
 # shellcheck source=tests/gpu/containers.sh
 . tests/gpu/containers.sh
+GPU_PLUGSTACK=$dir/plugstack.conf
+GPU_ENROOT_MOUNTS=$dir/dev,$fix
+# shellcheck source=tests/gpu/enroot.sh
+. tests/gpu/enroot.sh
 section "summary"
 if ((failed)); then echo "containers-local.sh: FAILED (the CUDA checks fail here by design: no GPU)"; else echo "containers-local.sh: all checks passed"; fi
 exit "$failed"

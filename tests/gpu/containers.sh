@@ -142,7 +142,7 @@ cp "$oci/bundle/config.json" "$out/oci-config.json" 2>/dev/null
 cat >"$rootfs/probe/task.sh" <<'EOF'
 o=; for d in "$1"/nvidia[0-9]*; do if [ -r "$d" ] && [ -w "$d" ]; then o="$o${o:+,}${d##*/}"; fi; done
 cg=; while read -r l; do case "$l" in *:devices:*|0::*) cg="$cg${cg:+;}$l";; esac; done </proc/self/cgroup
-echo "OCI rank=$SLURM_PROCID where=$(test -e /etc/gpubind-test-image && echo inside || echo outside) CVD=${CUDA_VISIBLE_DEVICES:--} BUS=${GPUBIND_PCI_BUS_IDS:--} opens=${o:--} cgroup=${cg:--}"
+echo "OCI rank=$SLURM_PROCID where=$(test -e /etc/gpubind-test-image && echo inside || echo outside) CVD=${CUDA_VISIBLE_DEVICES:--} NVD=${NVIDIA_VISIBLE_DEVICES:--} BUS=${GPUBIND_PCI_BUS_IDS:--} opens=${o:--} cgroup=${cg:--}"
 gpubind whereami --json --dev "$1" $2 2>&1 | { w=; while read -r l; do w="$w$l"; done; echo "OCIW rank=$SLURM_PROCID $w"; }
 if [ -x /probe/cudaprobe ]; then /probe/cudaprobe; fi
 if command -v nvidia-smi >/dev/null; then nvidia-smi -L | while read -r l; do echo "SMI $l"; done; fi

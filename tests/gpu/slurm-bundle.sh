@@ -2,7 +2,8 @@
 # Prepares what tests/gpu/slurm.sh needs on the GPU machine, which has no Slurm, no munged and
 # no network: a Slurm 26.05 install (tests/slurm/build.sh, stripped), the libraries it links,
 # Debian's PMIx 4 (Slurm's mpi/pmix_v4 requires the major version it was built with; the GPU
-# machine has PMIx 5), the plugin built against that Slurm, and a static runc (section 6). Everything goes to .gpu/
+# machine has PMIx 5), the plugin built against that Slurm, a static runc (section 6), and pyxis
+# with enroot (section 7; CONTAINERS_SRC_DIR as for tests/containers/build.sh). Everything goes to .gpu/
 # (ignored by git), which the device run carries.
 #
 #   tests/gpu/slurm-bundle.sh [VERSION]      default 26.05.3
@@ -90,6 +91,34 @@ GOFLAGS=-mod=mod CGO_ENABLED=1 GOBIN="$out/oci" go install -trimpath -tags "netg
 file "$out/oci/runc" | grep -q 'statically linked' || { echo "slurm-bundle.sh: $out/oci/runc is not static" >&2; exit 1; }
 # Compressed (11 MB -> 4 MB): the carried folder must stay within the device run's 64 MiB.
 gzip -9 -f "$out/oci/runc"
+
+# pyxis + enroot (section 7, tests/gpu/enroot.sh): tests/containers/build.sh's install for this
+# Slurm, relocatable (enroot.sh rewrites the prefix in its scripts, as enroot's own install does
+# for DESTDIR), with what the GPU machine lacks: the squashfs tools (enroot create unpacks the
+# image with unsquashfs; the test makes it with mksquashfs) and the libraries they and enroot's
+# helpers link (libbsd: build.sh links it for strlcpy), found through an rpath ($ORIGIN): pyxis
+# passes enroot no LD_LIBRARY_PATH.
+if ! command -v patchelf >/dev/null; then
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends patchelf >/dev/null
+fi
+cprefix=$(tests/containers/build.sh "$prefix" | tail -1)
+stage=$out/containers/stage
+mkdir -p "$stage"
+cp -a "$cprefix"/. "$stage/"
+rm -f "$stage/.gpubind-built"
+cp -L /usr/bin/mksquashfs /usr/bin/unsquashfs "$stage/bin/"
+carried=$stage/lib/gpubind-carried
+mkdir -p "$carried"
+for f in "$stage"/bin/* "$stage"/libexec/enroot/* "$stage"/lib/enroot/*; do
+	[[ -f $f ]] && file "$f" | grep -q 'ELF .*dynamically linked' || continue
+	ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' |
+		grep -vE '/(libc|libm|libdl|libpthread|librt|libresolv|ld-linux[^/]*)\.so' |
+		while read -r l; do cp -L "$l" "$carried/"; done
+	rel=$(realpath --relative-to="$(dirname "$f")" "$carried")
+	patchelf --set-rpath "\$ORIGIN/$rel" "$f"
+done
+echo "$cprefix" >"$out/containers/prefix"
+tar -C "$stage" -czf "$out/containers/enroot-pyxis.tar.gz" . && rm -rf "$stage"
 
 rm -rf "$out/build/frontend-obj" "$out/old/frontend-obj"
 du -sh "$out"

@@ -6,8 +6,8 @@
 #   GPU_ONLY=python ...             (sections 0, 1 and 4b only)
 #   GPU_SKIP_BENCH=1 ...            (every check, without section 5's launch-cost timings)
 #   GPU_SKIP_PYTHON=1 ...           (without section 4b, the Python package)
-#   GPU_SKIP_CONTAINERS=1 ...       (without section 6, Slurm's OCI containers)
-#   GPU_ONLY=containers ...         (sections 0, 1 and 6 only)
+#   GPU_SKIP_CONTAINERS=1 ...       (without sections 6 and 7, the containers)
+#   GPU_ONLY=containers ...         (sections 0, 1, 6 and 7 only)
 #
 # One slurmctld and one slurmd as root, no systemd, no munged (auth/slurm with a generated
 # key), CgroupPlugin=cgroup/v2, ConstrainDevices=yes, ConstrainCores=yes,
@@ -38,6 +38,10 @@
 #     cgroup v2); a bundle with the driver's libraries and /dev/nvidia* bound in; CUDA, nvidia-smi
 #     and whereami in the container see the task's GPU (bus id and UUID of the mapping line);
 #     which cgroup the containerized task is in; a step without GPUs opens none in a container
+#  7. pyxis + enroot (srun --container-image; both carried, tests/gpu/enroot.sh), jobs of root and
+#     of nobody, gpubind after and before pyxis: CUDA, nvidia-smi and whereami in the container
+#     see the task's GPU (the mapping line's), as outside; the task stays in Slurm's cgroup; a
+#     step without GPUs opens none in the container
 #  5. launch cost with one core per rank: srun -n1/-n8/-n16, no plugin against the plugin
 #     without plan cache, a first step and a repeated step (plan cache hit), alternated; and
 #     gpuhelper_init against raw PMIx at n = 2, 8, 16 (one core per rank) and 32 (oversubscribed)
@@ -88,7 +92,9 @@ export LD_LIBRARY_PATH=$bundle/pmix2/lib:$work/lib
 pmixdir=/usr/lib/x86_64-linux-gnu/pmix2
 mkdir -p "$pmixdir"
 mount --bind "$bundle/pmix2" "$pmixdir" || fail "bind-mount PMIx 4 over $pmixdir"
-export PATH=$prefix/bin:$prefix/sbin:$PATH
+# Section 7 unpacks enroot and pyxis into $work/enroot: pyxis runs enroot from slurmstepd's
+# PATH, which the daemons take from here.
+export PATH=$work/enroot/bin:$prefix/bin:$prefix/sbin:$PATH
 slurmd -V
 
 # Slurm builds its cgroup tree beside the cgroup it starts in: a fresh one of our own.
@@ -236,10 +242,12 @@ if [[ ${GPU_ONLY:-} == python ]]; then
 	. "$root/tests/gpu/python.sh"
 	summary
 fi
-# GPU_ONLY=containers: Slurm up, the CUDA probe, then section 6 alone.
+# GPU_ONLY=containers: Slurm up, the CUDA probe, then sections 6 and 7 alone.
 if [[ ${GPU_ONLY:-} == containers ]]; then
 	# shellcheck source=tests/gpu/containers.sh
 	. "$root/tests/gpu/containers.sh"
+	# shellcheck source=tests/gpu/enroot.sh
+	. "$root/tests/gpu/enroot.sh"
 	summary
 fi
 
@@ -602,9 +610,14 @@ fi
 # shellcheck source=tests/gpu/python.sh
 [[ -n ${GPU_SKIP_PYTHON:-} ]] || . "$root/tests/gpu/python.sh"
 
-# 6. Slurm's OCI containers (tests/gpu/containers.sh); GPU_SKIP_CONTAINERS=1 leaves it out.
-# shellcheck source=tests/gpu/containers.sh
-[[ -n ${GPU_SKIP_CONTAINERS:-} ]] || . "$root/tests/gpu/containers.sh"
+# 6. Slurm's OCI containers (tests/gpu/containers.sh) and 7. pyxis + enroot
+# (tests/gpu/enroot.sh); GPU_SKIP_CONTAINERS=1 leaves them out.
+if [[ -z ${GPU_SKIP_CONTAINERS:-} ]]; then
+	# shellcheck source=tests/gpu/containers.sh
+	. "$root/tests/gpu/containers.sh"
+	# shellcheck source=tests/gpu/enroot.sh
+	. "$root/tests/gpu/enroot.sh"
+fi
 
 # GPU_SKIP_BENCH=1: every check above, not the timings below (a short lease).
 [[ -n ${GPU_SKIP_BENCH:-} ]] && summary
