@@ -22,6 +22,8 @@
 #      in the cgroup Slurm gave it (enroot's cgroup namespace is rooted there).
 #  7d. a step without GPUs opens no GPU in an enroot container: ConstrainDevices holds (on
 #      cgroup v2, root's runc containers of section 6 do not keep it).
+#  7e. an admin's plugstack default=closest mode=enforce: a GPU step that asked for nothing is
+#      bound in the container as outside, --gpu-bind=none and a CPU-only step are left alone.
 #
 # The local run (tests/gpu/containers-local.sh, fake GPUs) sets GPU_ENROOT_FROM (an installed
 # prefix to copy instead of the bundle's archive), GPU_PLUGSTACK and GPU_ENROOT_MOUNTS (the
@@ -161,6 +163,23 @@ for u in root nobody; do
 		grep -q '^OCI rank=0 where=inside .*opens=- ' "$f.in"
 	[[ -x ${oci_cudaprobe:-} ]] && grep -m1 '^CUDA' "$f.in"
 done
+
+# ---- 7e. an admin's default=
+echo "--- 7e. plugstack default=closest mode=enforce: steps that asked for nothing, in a container as outside"
+dflt="default=closest mode=enforce"
+enroot_step default-gpu root after "$dflt" -n1 --gpus=1
+check "enroot default-gpu: a GPU step that asked for nothing is bound in the container as outside ($(field "$f.out" CVD) $(field "$f.out" BUS))" \
+	test "$(field "$f.in" CVD) $(field "$f.in" BUS) $(field "$f.in" opens)" = "$(field "$f.out" CVD) $(field "$f.out" BUS) $(field "$f.out" opens)" -a "$(field "$f.in" BUS)" != -
+if [[ -x ${oci_cudaprobe:-} ]]; then
+	check "enroot default-gpu: CUDA in the container sees the step's GPU, bus $gpu_bus" \
+		grep -qiE "count=1 err=none dev0=${gpu_bus}/${gpu_uuid}\$" "$f.in"
+fi
+enroot_step default-nobind nobody after "$dflt" -n1 --gpus=1 --gpu-bind=none
+check "enroot default-nobind: --gpu-bind=none is left alone in the container as outside (no GPUBIND_PCI_BUS_IDS; CUDA_VISIBLE_DEVICES $(field "$f.out" CVD))" \
+	test "$(field "$f.in" CVD) $(field "$f.in" BUS) $(field "$f.in" opens)" = "$(field "$f.out" CVD) - $(field "$f.out" opens)" -a "$(field "$f.out" BUS)" = -
+enroot_step default-cpu nobody after "$dflt" -n1 --gres=none
+check "enroot default-cpu: a CPU-only step runs in the container as outside, and opens no GPU" \
+	grep -q '^OCI rank=0 where=inside .*opens=- ' "$f.in"
 echo "$plug" >"$plugfile"
 cp "$enr/etc/enroot/mounts.d/90-gpubind-nvidia-driver.fstab" "$out/" 2>/dev/null
 [[ $(type -t leftovers) == function ]] && leftovers "after the enroot steps"
