@@ -90,14 +90,20 @@ enroot_env() { # enroot_env USER: the environment of that user's steps
 	chown -R "$u" "$base"
 }
 declare -A enroot_envs=([root]="$(enroot_env root)" [nobody]="$(enroot_env nobody)")
+# The steps run without an NVIDIA_VISIBLE_DEVICES of the caller's (the GPU machine's own
+# environment sets one): a job's value is kept by containers=yes (TestPyxis checks that), so it
+# would hide what the plugin sets.
+[[ -n ${NVIDIA_VISIBLE_DEVICES+set} ]] &&
+	echo "this environment sets NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES: section 7's steps run without it"
 as_user() { # as_user USER COMMAND...: as root, or through setpriv from /tmp
 	local u=$1
 	shift
 	# shellcheck disable=SC2086 # the environment is words
 	if [[ $u == root ]]; then
-		env ${enroot_envs[root]} "$@"
+		env -u NVIDIA_VISIBLE_DEVICES ${enroot_envs[root]} "$@"
 	else
-		(cd /tmp && setpriv --reuid="$(id -u "$u")" --regid="$(id -g "$u")" --init-groups env ${enroot_envs[$u]} "$@")
+		(cd /tmp && setpriv --reuid="$(id -u "$u")" --regid="$(id -g "$u")" --init-groups \
+			env -u NVIDIA_VISIBLE_DEVICES ${enroot_envs[$u]} "$@")
 	fi
 }
 
