@@ -49,12 +49,17 @@ GOTESTFLAGS  ?=
 # whole -json stream, each skipped test and its message included, for .ci/run's check of the
 # skips against tests/allowed-skips.txt.
 TEST_REPORT  ?= $(BUILD)/test-report
+# How many test packages of one go test run run side by side (go test -p; its default is the
+# number of CPUs). The integration packages spend most of their time waiting on Slurm's daemons
+# and on timeouts, not computing: on the 2-core CI VM, 8 at a time took the pass of Slurm
+# 24.11.7 from 265 s to 161 s (the CPU 60% busy) and the system pass from 364 s to 233 s (88%).
+TEST_PKG_JOBS ?= 8
 # $(call gotest,RUN,SLURM_PREFIX,PACKAGES): one go test run of `make test`. Without make's
 # MAKEFLAGS and SANITIZE: the tests run make themselves (the plugin, the library, packages),
 # and `make test SANITIZE=1` must not build every pass's plugin with the sanitizers (make
 # exports a variable given on its command line; the sanitizer pass asks for its build through
 # GPUBIND_SANITIZE, tests/testbuild).
-gotest = set -o pipefail; env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u SANITIZE SLURM_PREFIX=$(2) $(GO) test -json $(GOTESTFLAGS) -count=1 -timeout 20m $(3) | \
+gotest = set -o pipefail; env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u SANITIZE SLURM_PREFIX=$(2) $(GO) test -json -p $(TEST_PKG_JOBS) $(GOTESTFLAGS) -count=1 -timeout 20m $(3) | \
          $(BUILD)/testreport filter $(if $(filter -v -test.v,$(GOTESTFLAGS)),-v) -json $(TEST_REPORT)/$(1).json
 # go-nvml's header marks many calls deprecated; those warnings say nothing about our code.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
