@@ -187,31 +187,39 @@ oci_step() { # oci_step FILE SRUN-ARGS...: the step outside (FILE.out) and insid
 	echo "- outside:" && cat "$f.out" && echo "- inside:" && cat "$f.in"
 }
 field() { sed -n "s/.*$2=\([^ ]*\).*/\1/p" <<<"$(grep -m1 "^OCI rank=0 " "$1")"; }
+# check_gpu_task_inside WHAT FILE: task 0 of a one-GPU step (FILE.out outside, FILE.in inside)
+# ran in the container and sees there what it sees outside; whereami, the mapping line, CUDA
+# and nvidia-smi inside name the step's GPU. Sections 6 and 7 share it.
+check_gpu_task_inside() {
+	local what=$1 f=$2 line
+	line=$(grep -m1 'gpubind: task 0' "$f.in")
+	check "$what: the task ran in the container" grep -q '^OCI rank=0 where=inside' "$f.in"
+	check "$what: CUDA_VISIBLE_DEVICES and GPUBIND_PCI_BUS_IDS in the container are those outside ($(field "$f.out" CVD) $(field "$f.out" BUS))" \
+		test "$(field "$f.in" CVD) $(field "$f.in" BUS)" = "$(field "$f.out" CVD) $(field "$f.out" BUS)" -a "$(field "$f.in" BUS)" != -
+	check "$what: the device nodes the task can open in the container are those outside ($(field "$f.out" opens))" \
+		test "$(field "$f.in" opens)" = "$(field "$f.out" opens)" -a "$(field "$f.in" opens)" != -
+	check "$what: gpubind whereami in the container names bus $gpu_bus, openable" \
+		grep -qiE "^OCIW rank=0 .*\"pci_bus_id\": ?\"$gpu_bus\", ?\"uuid\": ?\"[^\"]*\", ?\"numa\": ?-?[0-9]+, ?\"openable\": ?true" "$f.in"
+	check "$what: the mapping line names bus $gpu_bus and UUID $gpu_uuid" grep -qiE "$gpu_bus $gpu_uuid" <<<"$line"
+	if [[ -x ${oci_cudaprobe:-} ]]; then
+		check "$what: CUDA in the container sees exactly 1 device, bus $gpu_bus, UUID $gpu_uuid (the mapping line's)" \
+			grep -qiE "count=1 err=none dev0=${gpu_bus}/${gpu_uuid}\$" "$f.in"
+	else
+		fail "$what: no CUDA probe (no GPU here): the CUDA check did not run"
+	fi
+	if [[ -n ${smi:-} ]]; then
+		check "$what: nvidia-smi -L in the container lists $gpu_uuid" grep -qi "^SMI .*$gpu_uuid" "$f.in"
+	fi
+}
 for opt in closest uuid; do
 	f=$oci/step-$opt
 	flags=closest,verbose
 	[[ $opt == uuid ]] && flags=closest,uuid,verbose
 	echo "--- --gpu-bind-topo=$flags"
 	oci_step "$f" -n1 --gpus=1 --gpu-bind-topo=$flags
-	line=$(grep -m1 'gpubind: task 0' "$f.in")
-	check "oci $opt: the task ran in the container" grep -q '^OCI rank=0 where=inside' "$f.in"
-	check "oci $opt: CUDA_VISIBLE_DEVICES and GPUBIND_PCI_BUS_IDS in the container are those outside ($(field "$f.out" CVD), not the bundle's 7)" \
-		test "$(field "$f.in" CVD) $(field "$f.in" BUS)" = "$(field "$f.out" CVD) $(field "$f.out" BUS)" -a "$(field "$f.in" CVD)" != 7
-	check "oci $opt: the device nodes the task can open in the container are those outside ($(field "$f.out" opens))" \
-		test "$(field "$f.in" opens)" = "$(field "$f.out" opens)"
-	check "oci $opt: gpubind whereami in the container names bus $gpu_bus, openable" \
-		grep -qiE "^OCIW rank=0 .*\"pci_bus_id\": ?\"$gpu_bus\", ?\"uuid\": ?\"[^\"]*\", ?\"numa\": ?-?[0-9]+, ?\"openable\": ?true" "$f.in"
+	check_gpu_task_inside "oci $opt" "$f"
+	check "oci $opt: the bundle's CUDA_VISIBLE_DEVICES=7 did not reach the task" test "$(field "$f.in" CVD)" != 7
 	[[ $opt == uuid ]] && check "oci uuid: CUDA_VISIBLE_DEVICES in the container is $gpu_uuid" test "$(field "$f.in" CVD)" = "$gpu_uuid"
-	if [[ -x $oci_cudaprobe ]]; then
-		check "oci $opt: the mapping line names bus $gpu_bus and UUID $gpu_uuid" grep -qiE "$gpu_bus $gpu_uuid" <<<"$line"
-		check "oci $opt: CUDA in the container sees exactly 1 device, bus $gpu_bus, UUID $gpu_uuid (the mapping line's)" \
-			grep -qiE "count=1 err=none dev0=${gpu_bus}/${gpu_uuid}\$" "$f.in"
-	else
-		fail "oci $opt: no CUDA probe (no GPU here): the CUDA checks did not run"
-	fi
-	if [[ -n ${smi:-} ]]; then
-		check "oci $opt: nvidia-smi -L in the container lists $gpu_uuid" grep -qi "^SMI .*$gpu_uuid" "$f.in"
-	fi
 done
 
 # ---- 6d. the cgroup, and a step without GPUs

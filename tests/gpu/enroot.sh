@@ -122,27 +122,10 @@ enroot_step() { # enroot_step NAME USER ORDER PLUGSTACK-ARGS SRUN-ARGS...: FILE.
 	echo "  outside:" && sed 's/^/    /' "$f.out" && echo "  inside:" && sed 's/^/    /' "$f.in"
 }
 enroot_gpu_case() { # enroot_gpu_case NAME USER ORDER PLUGSTACK-ARGS FLAGS
-	local name=$1 user=$2 order=$3 gbargs=$4 flags=$5 what line
+	local name=$1 user=$2 order=$3 gbargs=$4 flags=$5 what
 	what="enroot $name ($user, gpubind $order pyxis)"
 	enroot_step "$name" "$user" "$order" "$gbargs" -n1 --gpus=1 --gpu-bind-topo="$flags"
-	check "$what: the task ran in the container" grep -q '^OCI rank=0 where=inside' "$f.in"
-	check "$what: CUDA_VISIBLE_DEVICES and GPUBIND_PCI_BUS_IDS in the container are those outside ($(field "$f.out" CVD) $(field "$f.out" BUS))" \
-		test "$(field "$f.in" CVD) $(field "$f.in" BUS)" = "$(field "$f.out" CVD) $(field "$f.out" BUS)" -a "$(field "$f.in" BUS)" != -
-	check "$what: the device nodes the task can open in the container are those outside ($(field "$f.out" opens))" \
-		test "$(field "$f.in" opens)" = "$(field "$f.out" opens)" -a "$(field "$f.in" opens)" != -
-	check "$what: gpubind whereami in the container names bus $gpu_bus, openable" \
-		grep -qiE "^OCIW rank=0 .*\"pci_bus_id\": ?\"$gpu_bus\", ?\"uuid\": ?\"[^\"]*\", ?\"numa\": ?-?[0-9]+, ?\"openable\": ?true" "$f.in"
-	line=$(grep -m1 'gpubind: task 0' "$f.in")
-	check "$what: the mapping line names bus $gpu_bus and UUID $gpu_uuid" grep -qiE "$gpu_bus $gpu_uuid" <<<"$line"
-	if [[ -x ${oci_cudaprobe:-} ]]; then
-		check "$what: CUDA in the container sees exactly 1 device, bus $gpu_bus, UUID $gpu_uuid (the mapping line's)" \
-			grep -qiE "count=1 err=none dev0=${gpu_bus}/${gpu_uuid}\$" "$f.in"
-	else
-		fail "$what: no CUDA probe (no GPU here): the CUDA check did not run"
-	fi
-	if [[ -n ${smi:-} ]]; then
-		check "$what: nvidia-smi -L in the container lists $gpu_uuid" grep -qi "^SMI .*$gpu_uuid" "$f.in"
-	fi
+	check_gpu_task_inside "$what" "$f"
 }
 for u in root nobody; do
 	enroot_gpu_case "closest-$u" "$u" after "" closest,verbose
