@@ -230,6 +230,31 @@ func TestPyxis(t *testing.T) {
 		}
 	})
 
+	// With the admin's default=, the steps that did not ask for a binding see inside a container
+	// exactly what they see there without gpubind: a CPU-only step, --gpu-bind=none, one task
+	// driving several GPUs (torchrun), and a GPU step whose launcher cannot run (the plan
+	// fails in slurmstepd before pyxis makes the container). tests/sitedefault checks the same
+	// steps, and more, outside containers.
+	t.Run("default=closest/steps that did not ask see what they see without gpubind", func(t *testing.T) {
+		missing := filepath.Join(t.TempDir(), "no-launcher-here")
+		for _, c := range []struct {
+			name      string
+			args      []string
+			plugstack string
+		}{
+			{"cpu-only step", []string{"-n2"}, ""},
+			{"--gpu-bind=none", append([]string{"--gpu-bind=none"}, pyxisStep...), ""},
+			{"1 task and 4 GPUs", []string{"-n1", "--gpus=4"}, ""},
+			{"GPU step, launcher missing", pyxisStep, "launcher=" + missing},
+		} {
+			setPlugStack(t, e.c, e.px)
+			without := e.runIn(t, step{Args: c.args}, plain)
+			e.order(t, "after", strings.TrimSpace("default=closest mode=enforce "+c.plugstack))
+			with := e.runIn(t, step{Args: c.args}, plain)
+			sameRuns(t, c.name, without, with)
+		}
+	})
+
 	// Jobs of ordinary users, as at sites: pyxis then joins the container's user namespace
 	// and sets its seccomp filter before the tasks go on.
 	for _, c := range []struct{ order, opt string }{{"after", "closest"}, {"before", "closest,uuid"}} {
@@ -277,6 +302,31 @@ func TestPyxis(t *testing.T) {
 	})
 
 	t.Run("ENROOT_RESTRICT_DEV=y", func(t *testing.T) { restrictDev(t, e) })
+}
+
+// sameRuns fails t unless two runs of the step name inside a container (without and with
+// gpubind) gave, task by task, the same: variables, the nodes it can open, its cgroup, what
+// CUDA would use. enroot roots the container's cgroup namespace at the cgroup of the task that
+// created it, which may be another task in each run: that task sees "/" and the others
+// "/../task_N". Its "/" is taken as its own task_N, as the others show it, so the runs
+// compare; a task moved elsewhere still differs (its path, or the others' relative to it).
+func sameRuns(t *testing.T, name string, without, with []task) {
+	t.Helper()
+	if len(without) == 0 || len(with) != len(without) {
+		t.Fatalf("%s: %d tasks without gpubind, %d with:\n%v\n%v", name, len(without), len(with), without, with)
+	}
+	creator := func(k task) task {
+		k.Whereami = "" // compared through CUDA
+		if k.Cgroup == "/" {
+			k.Cgroup = "/../task_" + strconv.Itoa(k.Local)
+		}
+		return k
+	}
+	for i := range without {
+		if a, b := creator(without[i]), creator(with[i]); a != b {
+			t.Errorf("%s: task %d differs:\nwithout gpubind %v\nwith gpubind    %v", name, i, without[i], with[i])
+		}
+	}
 }
 
 // testbuildCopy copies the file src to dst, mode 0755 (a program).
