@@ -76,12 +76,14 @@ chmod 644 "$img"
 ls -l "$img"
 
 # enroot's paths per user (its defaults follow $HOME and XDG_*, which pyxis passes on from the
-# job's environment), owned by that user.
-enroot_env() { # enroot_env USER: the environment of that user's steps
+# job's environment), owned by that user. The steps run without an NVIDIA_VISIBLE_DEVICES of
+# the caller's (the GPU machine's own environment sets one): containers=yes keeps a job's
+# value (TestPyxis checks that), so it would hide what the plugin sets.
+enroot_env() { # enroot_env USER: the environment of that user's steps, as env(1) arguments
 	local u=$1 base v d
 	base=$work/enroot-home-$u
 	mkdir -p "$base" && chmod 755 "$base"
-	echo -n "HOME=$base"
+	echo -n "-u NVIDIA_VISIBLE_DEVICES HOME=$base"
 	for v in XDG_DATA_HOME XDG_CACHE_HOME XDG_CONFIG_HOME XDG_RUNTIME_DIR; do
 		d=$base/${v,,}
 		mkdir -p "$d" && chmod 700 "$d"
@@ -90,9 +92,6 @@ enroot_env() { # enroot_env USER: the environment of that user's steps
 	chown -R "$u" "$base"
 }
 declare -A enroot_envs=([root]="$(enroot_env root)" [nobody]="$(enroot_env nobody)")
-# The steps run without an NVIDIA_VISIBLE_DEVICES of the caller's (the GPU machine's own
-# environment sets one): a job's value is kept by containers=yes (TestPyxis checks that), so it
-# would hide what the plugin sets.
 [[ -n ${NVIDIA_VISIBLE_DEVICES+set} ]] &&
 	echo "this environment sets NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES: section 7's steps run without it"
 as_user() { # as_user USER COMMAND...: as root, or through setpriv from /tmp
@@ -100,10 +99,9 @@ as_user() { # as_user USER COMMAND...: as root, or through setpriv from /tmp
 	shift
 	# shellcheck disable=SC2086 # the environment is words
 	if [[ $u == root ]]; then
-		env -u NVIDIA_VISIBLE_DEVICES ${enroot_envs[root]} "$@"
+		env ${enroot_envs[root]} "$@"
 	else
-		(cd /tmp && setpriv --reuid="$(id -u "$u")" --regid="$(id -g "$u")" --init-groups \
-			env -u NVIDIA_VISIBLE_DEVICES ${enroot_envs[$u]} "$@")
+		(cd /tmp && setpriv --reuid="$(id -u "$u")" --regid="$(id -g "$u")" --init-groups env ${enroot_envs[$u]} "$@")
 	fi
 }
 
